@@ -1,0 +1,132 @@
+"""The accountant: composes privacy events and reports the tightest valid (epsilon, delta).
+
+Privacy: for a composition whose privacy parameters were all fixed before any
+mechanism ran (the mechanisms themselves may be chosen adaptively), the
+reported epsilon(delta) is an upper bound on the optimal epsilon, because it is
+the minimum over theorems each of which is valid for that composition. With
+`adaptive=False` the caller also guarantees that every mechanism was fixed in
+advance, which admits the non-adaptive theorems (Dong–Durfee–Rogers Thm 3 and
+Cesar–Rogers Thm 3).
+Caller must ensure: parameters are not chosen from earlier outputs. When they
+are (a ledger across jobs, an SVT monitor), use a privacy filter from
+`accounting.filters` instead (Regehr et al.: composing exact curves and
+stopping at the budget is not a valid filter).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from accounting.bounds import Bound
+from accounting.bounds.registry import default_bounds
+from accounting.composition import Composition
+from accounting.events import Event
+
+
+class UnsupportedEventError(ValueError):
+    """No valid bound covers the composition; names the events involved."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    name: str
+    reference: str
+    value: float
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """Which bound won and every candidate's value, for one query."""
+
+    query: str  # "epsilon" or "delta"
+    at: float  # the delta (or epsilon) the query was asked at
+    value: float
+    winner: str
+    candidates: tuple[Candidate, ...]
+    not_applicable: tuple[str, ...] = field(default=())
+
+    def to_dict(self) -> dict:
+        return {
+            "query": self.query,
+            "at": self.at,
+            "value": self.value,
+            "winner": self.winner,
+            "candidates": {c.name: c.value for c in self.candidates},
+            "references": {c.name: c.reference for c in self.candidates},
+            "not_applicable": list(self.not_applicable),
+        }
+
+    def __str__(self) -> str:
+        lines = [f"{self.query} at {self.at:g}: {self.value:.6g} (winner: {self.winner})"]
+        for c in sorted(self.candidates, key=lambda c: c.value):
+            lines.append(f"  {c.name:<28} {c.value:.6g}   [{c.reference}]")
+        return "\n".join(lines)
+
+
+class Accountant:
+    """Composes events; answers epsilon(delta), delta(epsilon) and explain(delta).
+
+    `compose(event, count=1)` returns the accountant, so calls chain. The
+    composition is kept as a canonical multiset, so `compose(e, count=k)`,
+    k calls and any nesting of `Composed`/`SelfComposed` give the same answers.
+    """
+
+    def __init__(self, adaptive: bool = True, bounds: Iterable[Bound] | None = None):
+        self.adaptive = bool(adaptive)
+        self._bounds = tuple(default_bounds() if bounds is None else bounds)
+        self._composition = Composition()
+
+    @property
+    def composition(self) -> Composition:
+        return self._composition
+
+    def compose(self, event: Event, count: int = 1) -> "Accountant":
+        self._composition = self._composition.plus(event, count)  # validates first: all or nothing
+        return self
+
+    def valid_bounds(self) -> list[Bound]:
+        return [
+            bound
+            for bound in self._bounds
+            if (not bound.nonadaptive_only or not self.adaptive) and bound.applies(self._composition)
+        ]
+
+    def _check_supported(self, bounds: list[Bound]) -> None:
+        if not bounds:
+            kinds = sorted(t.__name__ for t in self._composition.kinds())
+            raise UnsupportedEventError(f"no composition bound covers this mix of events: {kinds}")
+
+    def epsilon(self, delta: float) -> float:
+        return self.explain(delta).value
+
+    def delta(self, epsilon: float) -> float:
+        return self.explain_delta(epsilon).value
+
+    def explain(self, delta: float) -> Explanation:
+        """epsilon at `delta`: every valid bound's value and the winner."""
+        _check_probability("delta", delta)
+        if not self._composition.items:
+            return Explanation("epsilon", delta, 0.0, "empty", ())
+        return self._explain("epsilon", delta, lambda b: b.epsilon(self._composition, delta))
+
+    def explain_delta(self, epsilon: float) -> Explanation:
+        """delta at `epsilon`: every valid bound's value and the winner."""
+        if not (isinstance(epsilon, (int, float)) and not math.isnan(epsilon)):
+            raise ValueError(f"epsilon must be a number, got {epsilon!r}")
+        if not self._composition.items:
+            return Explanation("delta", epsilon, max(0.0, -math.expm1(epsilon)), "empty", ())
+        return self._explain("delta", epsilon, lambda b: b.delta(self._composition, epsilon))
+
+    def _explain(self, query: str, at: float, evaluate) -> Explanation:
+        bounds = self.valid_bounds()
+        self._check_supported(bounds)
+        candidates = tuple(Candidate(b.name, b.reference, float(evaluate(b))) for b in bounds)
+        best = min(candidates, key=lambda c: c.value)
+        skipped = tuple(b.name for b in self._bounds if b not in bounds)
+        return Explanation(query, at, best.value, best.name, candidates, skipped)
+
+
+def _check_probability(name: str, value: float) -> None:
+    if not (isinstance(value, (int, float)) and 0 < value < 1):
+        raise ValueError(f"{name} must lie in (0, 1), got {value!r}")

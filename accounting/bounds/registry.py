@@ -1,0 +1,13 @@
+"""The bounds the accountant chooses from, in the order they are reported."""
+from __future__ import annotations
+
+from accounting.bounds import Bound
+from accounting.bounds.basic import BasicComposition
+from accounting.bounds.gaussian import ExactGaussian
+
+
+def default_bounds() -> tuple[Bound, ...]:
+    return (
+        BasicComposition(),
+        ExactGaussian(),
+    )

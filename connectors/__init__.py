@@ -1,0 +1,1 @@
+"""dpstream connectors: read events into timestamped records and write releases."""

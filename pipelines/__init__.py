@@ -1,0 +1,1 @@
+"""dpstream pipelines: Beam PTransforms, mechanisms, job runner and the command line."""
