@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from accounting.bounds import Bound
 from accounting.bounds.basic import BasicComposition
+from accounting.bounds.bounded_range import MGFBound, OptimalNonadaptiveBR, OptKL
 from accounting.bounds.gaussian import ExactGaussian
 
 
@@ -10,4 +11,7 @@ def default_bounds() -> tuple[Bound, ...]:
     return (
         BasicComposition(),
         ExactGaussian(),
+        OptimalNonadaptiveBR(),
+        OptKL(),
+        MGFBound(),
     )
