@@ -5,6 +5,8 @@ from accounting.bounds import Bound
 from accounting.bounds.basic import BasicComposition
 from accounting.bounds.bounded_range import MGFBound, OptimalNonadaptiveBR, OptKL
 from accounting.bounds.gaussian import ExactGaussian
+from accounting.bounds.rdp import RDPComposition
+from accounting.bounds.zcdp import ZCDPComposition
 
 
 def default_bounds() -> tuple[Bound, ...]:
@@ -14,4 +16,6 @@ def default_bounds() -> tuple[Bound, ...]:
         OptimalNonadaptiveBR(),
         OptKL(),
         MGFBound(),
+        ZCDPComposition(),
+        RDPComposition(),
     )
