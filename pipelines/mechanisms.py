@@ -1,0 +1,501 @@
+"""Differentially private mechanisms on numpy arrays, each returning what may be released and its event.
+
+Every function here takes the data-dependent input (noise-free aggregates),
+public parameters and a `SecureRandom`, and returns a `Release`: the value
+that is safe to publish and the `accounting.events` event that states its
+privacy cost. The Beam transforms and the tests share these functions; no
+Beam import.
+
+Neighbouring relation throughout: add or remove all records of one privacy
+unit; the caller states how far that moves the input (`sensitivity`, and the
+number of coordinates it can change, `max_partitions`).
+
+Mechanisms that release noisy *values* (laplace, gaussian, truncated_gaussian,
+count_mle) add integer noise on a power-of-two grid (`pipelines.noise`), so
+the released numbers are exact multiples of the grid step. Mechanisms that
+release only *indices* (exponential_top_k, report_noisy_max, above_threshold
+and their Laplace baselines) use continuous noise from the same CSPRNG: the
+noisy scores are never released, so their low bits cannot leak.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Mapping
+
+import numpy as np
+from scipy.special import log_ndtr
+
+from accounting import selection
+from accounting.events import BoundedRange, Event, Gaussian, Laplace, PureDP, SelfComposed, ZCDP
+from accounting.numerics import epsilon_from_delta_curve, expanding_upper, log_sub_exp
+from pipelines.noise import SecureRandom, granularity, grid_sensitivity, to_grid
+
+TOP_K_METHODS = ("gumbel", "peel")
+
+
+@dataclass(frozen=True)
+class Release:
+    """The output of one mechanism run: `value` may be published; `event` is what it costs.
+
+    `parameters` holds the public parameters actually used (noise scale, grid
+    step, effective sensitivity, ...), for reports. Array values are read-only.
+    """
+
+    mechanism: str
+    value: Any
+    event: Event
+    parameters: Mapping[str, Any]
+
+    def describe(self) -> str:
+        """One line for reports: mechanism, public parameters and event."""
+        params = ", ".join(f"{name}={value}" for name, value in self.parameters.items())
+        return f"{self.mechanism}({params}) -> {self.event!r}"
+
+
+def _release(mechanism: str, value: Any, event: Event, **parameters: Any) -> Release:
+    if isinstance(value, np.ndarray):
+        value.setflags(write=False)
+    return Release(mechanism, value, event, MappingProxyType(parameters))
+
+
+def _positive(owner: str, name: str, value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) or not (
+        math.isfinite(value) and value > 0
+    ):
+        raise ValueError(f"{owner}: {name} must be a positive finite number, got {value!r}")
+    return float(value)
+
+
+def _count(owner: str, name: str, value: int, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"{owner}: {name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def _rng(owner: str, rng: SecureRandom) -> SecureRandom:
+    if not isinstance(rng, SecureRandom):
+        raise TypeError(f"{owner}: rng must be a pipelines.noise.SecureRandom, got {type(rng).__name__}")
+    return rng
+
+
+def _vector(owner: str, name: str, values: Any, minimum: int = 1) -> np.ndarray:
+    array = np.asarray(values)
+    if array.ndim != 1 or array.size < minimum or array.dtype.kind not in "iuf":
+        raise ValueError(
+            f"{owner}: {name} must be a 1-d numeric array with at least {minimum} entries, "
+            f"got shape {array.shape} and dtype {array.dtype}"
+        )
+    if not np.all(np.isfinite(array)):
+        raise ValueError(f"{owner}: {name} must be finite, got NaN or infinity")
+    return array
+
+
+def _changed(owner: str, max_partitions: int | None, size: int) -> int:
+    return size if max_partitions is None else _count(owner, "max_partitions", max_partitions)
+
+
+def laplace(values, scale: float, rng: SecureRandom, *, sensitivity: float = 1.0, max_partitions: int | None = None) -> Release:
+    """Discrete Laplace noise of scale `scale` on a power-of-two grid, added to each value.
+
+    Privacy: add/remove one privacy unit moves `values` by at most
+    `sensitivity` in L1 over at most `max_partitions` coordinates (default: all).
+    The release is epsilon-DP with epsilon = sensitivity_grid / scale, event
+    `Laplace(scale, sensitivity_grid)`, where sensitivity_grid >= sensitivity is
+    the L1 sensitivity after rounding the inputs to the grid (`noise.grid_sensitivity`).
+    Proof: the noise in grid units has P[x] proportional to exp(-|x| / t),
+    t = scale / step; a shift by m grid units changes every probability by at
+    most exp(m / t) (Canonne–Kamath–Steinke 2020, Sec. 5.2 for the discrete
+    Laplace; Dwork–McSherry–Nissim–Smith 2006 for the mechanism); see
+    docs/proofs/mechanisms.laplace.md.
+    Checks: scale, sensitivity positive; values finite 1-d.
+    Caller must ensure: the sensitivity and max_partitions follow from contribution bounding.
+    Numerics: hardened (outputs are multiples of the grid step; pipelines.noise).
+    Runtime: O(n), about 0.15 us per value.
+    """
+    owner = "laplace"
+    scale = _positive(owner, "scale", scale)
+    sensitivity = _positive(owner, "sensitivity", sensitivity)
+    array = _vector(owner, "values", values)
+    rng = _rng(owner, rng)
+    step = granularity(scale)
+    units, exact = to_grid(array, step)
+    effective = grid_sensitivity(sensitivity, step, exact, _changed(owner, max_partitions, array.size), norm=1)
+    noisy = (units + rng.discrete_laplace(scale / step, array.size)) * step
+    return _release(owner, noisy, Laplace(scale, effective), scale=scale, granularity=step, sensitivity=effective)
+
+
+def gaussian(values, sigma: float, rng: SecureRandom, *, sensitivity: float = 1.0, max_partitions: int | None = None) -> Release:
+    """Discrete Gaussian noise with parameter `sigma` on a power-of-two grid, added to each value.
+
+    Privacy: add/remove one privacy unit moves `values` by at most
+    `sensitivity` in L2 over at most `max_partitions` coordinates (default: all).
+    Event `Gaussian(sigma, sensitivity_grid)`: mu-GDP with mu = sensitivity_grid / sigma,
+    where sensitivity_grid >= sensitivity accounts for rounding to the grid.
+    Proof: Canonne–Kamath–Steinke 2020, Thm 4 (one coordinate) and Thm 14
+    (vectors) give (sensitivity/sigma)^2/2-zCDP up to a term below 1e-100 at
+    sigma >= 2**19 grid steps; the event's exact Gaussian curve is the
+    continuous one, which the grid matches to within the discretisation error
+    argued in docs/proofs/mechanisms.gaussian.md.
+    Checks: sigma, sensitivity positive; values finite 1-d.
+    Caller must ensure: the sensitivity and max_partitions follow from contribution bounding.
+    Numerics: hardened (outputs are multiples of the grid step).
+    Runtime: O(n), about 0.4 us per value.
+    """
+    owner = "gaussian"
+    sigma = _positive(owner, "sigma", sigma)
+    sensitivity = _positive(owner, "sensitivity", sensitivity)
+    array = _vector(owner, "values", values)
+    rng = _rng(owner, rng)
+    step = granularity(sigma)
+    units, exact = to_grid(array, step)
+    effective = grid_sensitivity(sensitivity, step, exact, _changed(owner, max_partitions, array.size), norm=2)
+    noisy = (units + rng.discrete_gaussian(sigma / step, array.size)) * step
+    return _release(owner, noisy, Gaussian(sigma, effective), sigma=sigma, granularity=step, sensitivity=effective)
+
+
+def truncation_level(sigma: float, threshold: float, max_partitions: int, delta: float) -> float:
+    """T of Cesar–Rogers eq. (10): the smallest T with max_partitions * Pr[outside overlap] <= delta, rounded up.
+
+    With s = sigma and tau = threshold, the probability that N_T(h, s^2) falls
+    outside the overlap [h + tau - T, h + T] of the two truncated supports is
+        [Phi((tau - T)/s) - Phi(-T/s)] / [Phi(T/s) - Phi(-T/s)],
+    computed in log space (log_ndtr, log_sub_exp, log1p) and inverted by
+    bisection that returns the upper end of its bracket (`accounting.numerics`).
+    Paper symbols: the paper's sigma is our sigma / tau, Delta is max_partitions.
+    """
+    owner = "truncation_level"
+    sigma = _positive(owner, "sigma", sigma)
+    tau = _positive(owner, "threshold", threshold)
+    partitions = _count(owner, "max_partitions", max_partitions)
+    if not (isinstance(delta, (int, float)) and 0 < delta < 1):
+        raise ValueError(f"{owner}: delta must lie in (0, 1), got {delta!r}")
+    target = math.log(delta / partitions)
+
+    def log_failure(level: float) -> float:
+        if level <= tau / 2:  # no overlap of the two supports at all
+            return 0.0
+        outside = log_sub_exp(float(log_ndtr((tau - level) / sigma)), float(log_ndtr(-level / sigma)))
+        inside = math.log1p(-2.0 * math.exp(float(log_ndtr(-level / sigma))))
+        return outside - inside
+
+    start = tau + sigma * math.sqrt(2.0 * max(-target, 1.0))
+    upper = expanding_upper(log_failure, target, start, limit=1e300)
+    return epsilon_from_delta_curve(log_failure, target, upper, lower=tau / 2, rtol=1e-12, atol=0.0)
+
+
+def truncated_gaussian(
+    counts, sigma: float, threshold: float, rng: SecureRandom, *, delta: float, max_partitions: int = 1
+) -> Release:
+    """Cesar–Rogers Algorithm 2 (TruncGauss): truncated Gaussian counts, released only above threshold + T.
+
+    For partitions not known in advance: every observed count gets noise from
+    the discrete Gaussian with parameter `sigma` truncated to [-T, T]; only
+    partitions whose noisy count exceeds threshold + T are released, as
+    (indices into `counts`, noisy counts). A partition whose true count is at
+    most `threshold` can never appear.
+    Privacy: one privacy unit changes at most `max_partitions` counts (Delta,
+    L0), each by at most `threshold` (tau, Linf), and a partition it adds has
+    count <= tau. Event `ZCDP(rho, delta)` with rho = Delta tau^2 / (2 sigma^2):
+    delta-approximate rho-zCDP.
+    Proof: Cesar–Rogers Lemma 6.4 (with their erratum: Pr[E] >= 1 - delta/Delta);
+    paper sigma = our sigma / tau. The grid version is argued in
+    docs/proofs/mechanisms.truncated_gaussian.md (tau and T rounded up to the grid).
+    Checks: sigma, threshold positive; delta in (0, 1); counts finite 1-d.
+    Caller must ensure: contribution bounding gives the stated L0 and Linf bounds.
+    Numerics: hardened (grid); T solved in log space and rounded up.
+    Runtime: O(n) plus about 60 evaluations of log_ndtr for T.
+    """
+    owner = "truncated_gaussian"
+    sigma = _positive(owner, "sigma", sigma)
+    threshold = _positive(owner, "threshold", threshold)
+    partitions = _count(owner, "max_partitions", max_partitions)
+    array = _vector(owner, "counts", counts, minimum=0)
+    rng = _rng(owner, rng)
+    step = granularity(sigma)
+    units, exact = to_grid(array, step)
+    tau = grid_sensitivity(threshold, step, exact, changed=1, norm=1)
+    level_units = math.ceil(truncation_level(sigma, tau, partitions, delta) / step)
+    noise = np.empty(array.size, dtype=np.float64)
+    missing = np.arange(array.size)
+    while missing.size:
+        draw = rng.discrete_gaussian(sigma / step, missing.size)
+        inside = np.abs(draw) <= level_units
+        noise[missing[inside]] = draw[inside]
+        missing = missing[~inside]
+    noisy = (units + noise) * step
+    cutoff = tau + level_units * step
+    kept = np.flatnonzero(noisy > cutoff)
+    event = ZCDP(rho=partitions * tau * tau / (2.0 * sigma * sigma), delta=float(delta))
+    return _release(
+        owner, (kept, noisy[kept]), event,
+        sigma=sigma, threshold=tau, truncation=level_units * step, cutoff=cutoff, granularity=step,
+    )
+
+
+def exponential_top_k(
+    scores, k: int, epsilon: float, sensitivity: float, rng: SecureRandom, method: str = "gumbel"
+) -> Release:
+    """The k highest-scoring indices, in order, by k peeled exponential mechanisms.
+
+    Each pick samples index i among the remaining ones with probability
+    proportional to exp(epsilon * score_i / sensitivity). `method="gumbel"`
+    adds Gumbel(sensitivity / epsilon) noise once and sorts (one pass, O(n));
+    `method="peel"` samples k times from the stable softmax (O(k n)). Both
+    have the same output distribution (Durfee–Rogers 2019, Sec. 4: one-shot
+    Gumbel top-k equals peeling; checked by tests/test_mechanisms.py).
+    Privacy: `sensitivity` is the range of score changes Delta-tilde
+    (Dong–Durfee–Rogers 2019); for monotone scores such as counts it equals the
+    Linf sensitivity. Each pick is epsilon-BR (Dong–Durfee–Rogers Prop 2 /
+    Cesar–Rogers Def 2.3), and the k picks are adaptive: event
+    `SelfComposed(BoundedRange(epsilon), k)`.
+    Checks: k in [1, len(scores)]; epsilon, sensitivity positive; method known.
+    Caller must ensure: the candidate set is public or fixed by an earlier private selection.
+    Numerics: idealised float (scores and noise in float64); only indices are released.
+    Runtime: gumbel O(n + k log k); peel O(k n).
+    """
+    owner = "exponential_top_k"
+    array = _vector(owner, "scores", scores)
+    k = _count(owner, "k", k)
+    if k > array.size:
+        raise ValueError(f"{owner}: k must be at most the number of scores {array.size}, got {k}")
+    epsilon = _positive(owner, "epsilon", epsilon)
+    sensitivity = _positive(owner, "sensitivity", sensitivity)
+    if method not in TOP_K_METHODS:
+        raise ValueError(f"{owner}: method must be one of {TOP_K_METHODS}, got {method!r}")
+    rng = _rng(owner, rng)
+    logits = array.astype(np.float64) * (epsilon / sensitivity)
+    if method == "gumbel":
+        chosen = _top_indices(logits + rng.gumbel(array.size), k)
+    else:
+        chosen = _peel(logits, k, rng)
+    event = SelfComposed(BoundedRange(epsilon), k)
+    return _release(owner, chosen, event, k=k, epsilon=epsilon, sensitivity=sensitivity, method=method)
+
+
+def _top_indices(noisy: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the k largest entries, largest first."""
+    top = np.argpartition(-noisy, k - 1)[:k] if k < noisy.size else np.arange(noisy.size)
+    return top[np.argsort(-noisy[top], kind="stable")]
+
+
+def _peel(logits: np.ndarray, k: int, rng: SecureRandom) -> np.ndarray:
+    remaining = np.arange(logits.size)
+    chosen = np.empty(k, dtype=np.int64)
+    for pick, u in enumerate(rng.uniform(k)):
+        current = logits[remaining]
+        cumulative = np.cumsum(np.exp(current - current.max()))
+        position = min(int(np.searchsorted(cumulative, u * cumulative[-1], side="right")), remaining.size - 1)
+        chosen[pick] = remaining[position]
+        remaining = np.delete(remaining, position)
+    return chosen
+
+
+def _bounded(owner: str, values, lower: float, upper: float, minimum: int) -> np.ndarray:
+    array = _vector(owner, "values", values, minimum=minimum)
+    if not (math.isfinite(lower) and math.isfinite(upper) and lower < upper):
+        raise ValueError(f"{owner}: need finite lower < upper, got lower={lower!r}, upper={upper!r}")
+    return np.clip(array.astype(np.float64), lower, upper)
+
+
+def report_noisy_max(
+    values, sigma: float, rng: SecureRandom, *, sensitivity: float, lower: float, upper: float
+) -> Release:
+    """Gaussian report-noisy-max: the index of the largest value + N(0, sigma^2), on bounded queries.
+
+    Values are clipped to [lower, upper] first (clipping keeps the sensitivity).
+    Privacy: each value moves by at most `sensitivity` between neighbours.
+    Pure DP, event `PureDP(epsilon)` with epsilon from
+    `accounting.selection.report_noisy_max_epsilon` (Lebensold–Precup–Balle
+    2024, Thm 8: the bounded range [lower, upper] is what makes it pure).
+    Checks: at least 2 values; sigma, sensitivity positive; lower < upper.
+    Caller must ensure: the number of values is public.
+    Numerics: idealised float noise; only the index is released.
+    Runtime: O(d) plus the epsilon quadrature (under 1 ms).
+    """
+    owner = "report_noisy_max"
+    sigma = _positive(owner, "sigma", sigma)
+    sensitivity = _positive(owner, "sensitivity", sensitivity)
+    array = _bounded(owner, values, lower, upper, minimum=2)
+    rng = _rng(owner, rng)
+    epsilon = selection.report_noisy_max_epsilon(array.size, sigma, sensitivity, lower, upper)
+    index = int(np.argmax(array + sigma * rng.standard_normal(array.size)))
+    return _release(owner, index, PureDP(epsilon), sigma=sigma, sensitivity=sensitivity, lower=lower, upper=upper)
+
+
+def above_threshold(
+    values,
+    sigma_threshold: float,
+    sigma_query: float,
+    threshold: float,
+    rng: SecureRandom,
+    *,
+    sensitivity: float,
+    lower: float,
+    upper: float,
+) -> Release:
+    """Gaussian AboveThreshold: the index of the first value whose noisy copy reaches the noisy threshold, or None.
+
+    rho_hat = threshold + N(0, sigma_threshold^2) is drawn once; value t
+    (clipped to [lower, upper]) answers TOP when value_t + N(0, sigma_query^2)
+    >= rho_hat; the first TOP halts. Lebensold–Precup–Balle 2024, Algorithm 3
+    (Zhu–Wang 2020).
+    Privacy: each value moves by at most `sensitivity` between neighbours.
+    Pure ex-post DP per outcome (LPB Thm 17): `parameters["ex_post_epsilon"]`
+    is the loss of the outcome actually released (it depends only on the
+    output and public parameters). The event is the ex-ante pure bound over
+    the len(values) possible outcomes and the all-BOT outcome:
+    `PureDP(max_t ex_post_epsilon(t))`.
+    Checks: sigmas, sensitivity positive; lower < upper; finite threshold.
+    Caller must ensure: the number of values is public; values arrive in a data-independent order.
+    Numerics: idealised float noise; only the index is released.
+    Runtime: O(n) plus the epsilon quadrature.
+    """
+    owner = "above_threshold"
+    sigma_threshold = _positive(owner, "sigma_threshold", sigma_threshold)
+    sigma_query = _positive(owner, "sigma_query", sigma_query)
+    sensitivity = _positive(owner, "sensitivity", sensitivity)
+    if not math.isfinite(threshold):
+        raise ValueError(f"{owner}: threshold must be finite, got {threshold!r}")
+    array = _bounded(owner, values, lower, upper, minimum=1)
+    rng = _rng(owner, rng)
+    noisy_threshold = threshold + sigma_threshold * rng.standard_normal(1)[0]
+    tops = np.flatnonzero(array + sigma_query * rng.standard_normal(array.size) >= noisy_threshold)
+    index = int(tops[0]) if tops.size else None
+    bound = _above_threshold_epsilons(array.size, sigma_threshold, sigma_query, threshold, sensitivity, lower, upper)
+    ex_post = bound.stopped if index is None else bound.top[index]
+    return _release(
+        owner, index, PureDP(bound.ex_ante), sigma_threshold=sigma_threshold, sigma_query=sigma_query,
+        threshold=threshold, sensitivity=sensitivity, lower=lower, upper=upper, ex_post_epsilon=ex_post,
+    )
+
+
+@dataclass(frozen=True)
+class _ThresholdEpsilons:
+    top: tuple[float, ...]  # ex-post loss of BOT^t TOP, t = 0..n-1
+    stopped: float  # ex-post loss of BOT^n
+    ex_ante: float
+
+
+def _above_threshold_epsilons(n, sigma_threshold, sigma_query, threshold, sensitivity, lower, upper):
+    positions = np.arange(1, n + 1)
+    common = dict(sigma_threshold=sigma_threshold, sigma_query=sigma_query, threshold=threshold,
+                  sensitivity=sensitivity, lower=lower, upper=upper)
+    top = np.asarray(selection.above_threshold_expost_epsilon(positions, halted=True, **common), dtype=float)
+    stopped = float(selection.above_threshold_expost_epsilon(n, halted=False, **common))
+    return _ThresholdEpsilons(tuple(float(e) for e in top), stopped, max(float(top.max()), stopped))
+
+
+def _laplace_noise(rng: SecureRandom, scale: float, n: int) -> np.ndarray:
+    return scale * (rng.exponential(n) - rng.exponential(n))
+
+
+def laplace_report_noisy_max(
+    values, scale: float, rng: SecureRandom, *, sensitivity: float = 1.0, monotone: bool = False
+) -> Release:
+    """Baseline: the index of the largest value + Lap(scale).
+
+    Privacy: each value moves by at most `sensitivity`. epsilon-DP with
+    epsilon = 2 sensitivity / scale, or sensitivity / scale when the values are
+    monotone (all move in the same direction between neighbours, e.g. counts
+    under add/remove). Proof: Dwork–Roth 2014, Claim 3.9 (monotone); the
+    general case by the same argument with a shift of 2 sensitivity.
+    Event `PureDP(epsilon)`.
+    Checks: at least 2 values; scale, sensitivity positive.
+    Numerics: idealised float noise; only the index is released.
+    Runtime: O(d).
+    """
+    owner = "laplace_report_noisy_max"
+    scale = _positive(owner, "scale", scale)
+    sensitivity = _positive(owner, "sensitivity", sensitivity)
+    array = _vector(owner, "values", values, minimum=2).astype(np.float64)
+    rng = _rng(owner, rng)
+    epsilon = (1.0 if monotone else 2.0) * sensitivity / scale
+    index = int(np.argmax(array + _laplace_noise(rng, scale, array.size)))
+    return _release(owner, index, PureDP(epsilon), scale=scale, sensitivity=sensitivity, monotone=bool(monotone))
+
+
+def laplace_above_threshold(
+    values,
+    scale_threshold: float,
+    scale_query: float,
+    threshold: float,
+    rng: SecureRandom,
+    *,
+    sensitivity: float = 1.0,
+    monotone: bool = False,
+) -> Release:
+    """Baseline: Laplace AboveThreshold, the index of the first TOP or None.
+
+    rho_hat = threshold + Lap(scale_threshold); value t answers TOP when
+    value_t + Lap(scale_query) >= rho_hat; the first TOP halts.
+    Privacy: each value moves by at most `sensitivity`. epsilon-DP with
+    epsilon = sensitivity/scale_threshold + 2 sensitivity/scale_query, or
+    sensitivity/scale_threshold + sensitivity/scale_query for monotone values.
+    Proof: Lyu–Su–Li 2017, Thm 2 (Algorithm 1 with c = 1) and its monotone remark;
+    Dwork–Roth 2014, Thm 3.23 is the case scale_query = 2 scale_threshold.
+    Event `PureDP(epsilon)`.
+    Checks: scales, sensitivity positive; finite threshold.
+    Numerics: idealised float noise; only the index is released.
+    Runtime: O(n).
+    """
+    owner = "laplace_above_threshold"
+    scale_threshold = _positive(owner, "scale_threshold", scale_threshold)
+    scale_query = _positive(owner, "scale_query", scale_query)
+    sensitivity = _positive(owner, "sensitivity", sensitivity)
+    if not math.isfinite(threshold):
+        raise ValueError(f"{owner}: threshold must be finite, got {threshold!r}")
+    array = _vector(owner, "values", values).astype(np.float64)
+    rng = _rng(owner, rng)
+    noisy_threshold = threshold + _laplace_noise(rng, scale_threshold, 1)[0]
+    tops = np.flatnonzero(array + _laplace_noise(rng, scale_query, array.size) >= noisy_threshold)
+    index = int(tops[0]) if tops.size else None
+    epsilon = sensitivity / scale_threshold + (1.0 if monotone else 2.0) * sensitivity / scale_query
+    return _release(
+        owner, index, PureDP(epsilon), scale_threshold=scale_threshold, scale_query=scale_query,
+        threshold=threshold, sensitivity=sensitivity, monotone=bool(monotone),
+    )
+
+
+def order_consistent_counts(noisy_counts) -> np.ndarray:
+    """The least-squares fit x_1 >= x_2 >= ... >= x_k >= 0 to noisy counts given in released order.
+
+    Cesar–Rogers eq. (9): decreasing isotonic regression by pool-adjacent-
+    violators, then clipping at 0 (equal to the constrained least-squares
+    solution; the projection onto the monotone cone commutes with the
+    non-negativity clip for a non-increasing fit). Pure post-processing.
+    Runtime: O(k).
+    """
+    array = _vector("order_consistent_counts", "noisy_counts", noisy_counts, minimum=0).astype(np.float64)
+    sums: list[float] = []
+    sizes: list[int] = []
+    for value in array:
+        sums.append(float(value))
+        sizes.append(1)
+        while len(sums) > 1 and sums[-2] / sizes[-2] < sums[-1] / sizes[-1]:
+            total, size = sums.pop(), sizes.pop()
+            sums[-1] += total
+            sizes[-1] += size
+    fitted = np.repeat([s / n for s, n in zip(sums, sizes)], sizes) if sums else np.empty(0)
+    return np.maximum(fitted, 0.0)
+
+
+def count_mle(
+    counts, sigma: float, rng: SecureRandom, *, sensitivity: float = 1.0, max_partitions: int | None = None
+) -> Release:
+    """Cesar–Rogers Algorithm 1 (CountMLE): Gaussian counts for keys in released order, made order-consistent.
+
+    `counts` are the true counts of the selected keys in the order a top-k
+    selection released them. Adds `gaussian` noise, then projects onto
+    non-increasing, non-negative vectors (`order_consistent_counts`).
+    Privacy: exactly that of `gaussian` with the same arguments (post-processing);
+    event `Gaussian(sigma, sensitivity_grid)`. `sensitivity` is L2 over the k counts
+    (Cesar–Rogers Sec 6: Linf * sqrt(min(k, L0)) for counts).
+    Proof: Cesar–Rogers Sec 3.6 (post-processing of the Gaussian mechanism).
+    Checks and numerics: those of `gaussian`; outputs need not lie on the grid
+    (they are functions of released grid values).
+    Runtime: O(k).
+    """
+    noisy = gaussian(counts, sigma, rng, sensitivity=sensitivity, max_partitions=max_partitions)
+    return _release("count_mle", order_consistent_counts(noisy.value), noisy.event, **noisy.parameters)
