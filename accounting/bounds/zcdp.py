@@ -1,17 +1,20 @@
 """Composition through (delta-approximate) zero-concentrated DP, with the tight conversion.
 
 Privacy: add/remove neighbours of one privacy unit; measure delta-approximate
-rho-zCDP (Bun–Steinke 2016, Def 8.1: M(x) = (1 - delta) Y + delta Z and
-M(x') = (1 - delta) Y' + delta Z' with D_alpha(Y || Y') and D_alpha(Y' || Y)
-at most alpha rho for every alpha > 1). Each event is mapped to (rho_i, delta_i):
+rho-zCDP (Bun–Steinke 2016; Cesar–Rogers Def 2.7 with xi = 0), used in the
+mixture form M(x) = (1 - delta) Y + delta Z, M(x') = (1 - delta) Y' + delta Z'
+with D_alpha(Y || Y') and D_alpha(Y' || Y) at most alpha rho for every
+alpha > 1 (the proof note shows the event form implies it). Each event is
+mapped to (rho_i, delta_i):
     Gaussian(sigma, sensitivity)  rho = sensitivity^2 / (2 sigma^2), delta 0  (Bun–Steinke Prop 1.6)
     PureDP(eps), Laplace          rho = eps^2 / 2, delta 0                    (Bun–Steinke Prop 1.4; Laplace is eps-DP, eps = sensitivity / scale)
     BoundedRange(eps)             rho = eps^2 / 8, delta 0                    (Cesar–Rogers Lemma 3.2 and the conversion after Lemma 3.4)
     ApproxDP(eps, delta)          rho = eps^2 / 2, delta                      (proof note)
     ZCDP(rho, delta)              as given
-Adaptive composition adds the rhos (Bun–Steinke 2016, Lemma 2.3) and, for the
-approximate part, the deltas (Cesar–Rogers Lemma 3.4 and its proof). The composed (rho, delta_a) is converted with
-Canonne–Kamath–Steinke 2020, Prop 12 at R(alpha) = alpha rho (`rdp_conversion`),
+Adaptive composition adds the rhos (rho-zCDP is Rényi DP with R(alpha) = alpha rho
+at every order, and Rényi curves add: Mironov 2017, Prop 1) and, for the
+approximate part, the deltas (Cesar–Rogers Lemma 3.4 and its proof). The
+composed (rho, delta_a) is converted with Canonne–Kamath–Steinke 2020, Prop 12 at R(alpha) = alpha rho (`rdp_conversion`),
 and the approximate part adds: the composition is
 (epsilon, delta_a + delta_rho(epsilon))-DP (proof note).
 Proof: the papers above; the ApproxDP mapping and the final delta sum are in
@@ -89,7 +92,7 @@ def zcdp_epsilon_classic(rho: float, delta: float) -> float:
 class ZCDPComposition(Bound):
     name = "zcdp"
     reference = (
-        "Bun–Steinke 2016, Prop 1.4/1.6, Lemma 2.3; Cesar–Rogers Lemma 3.2 (BR eps^2/8), Lemma 3.4 (deltas add); "
+        "Bun–Steinke 2016, Prop 1.4/1.6; Mironov 2017, Prop 1; Cesar–Rogers Lemma 3.2 (BR eps^2/8), Lemma 3.4 (deltas add); "
         "Canonne–Kamath–Steinke 2020, Prop 12 (conversion)"
     )
 
