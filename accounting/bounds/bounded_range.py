@@ -150,7 +150,7 @@ def br_optimal_log_delta(k: int, epsilon: float, eps_g: float) -> float:
     t = (eps_g + (ell + 1.0) * epsilon) / (k + 1)  # DDR Thm 3 / Cor 5.4 candidates t_l*
     t = t[(t > 0.0) & (t < epsilon)]
     best = _log_delta_at_candidates(k, epsilon, eps_g, t) if t.size else -math.inf
-    return float(max(best, floor))
+    return float(min(max(best, floor), 0.0))  # a delta is never above 1
 
 
 def br_optimal_delta(k: int, epsilon: float, eps_g: float) -> float:
@@ -247,7 +247,7 @@ def optkl_epsilon(epsilons, delta: float, counts=None) -> float:
     _check_delta(delta)
     total = math.fsum(eps * cnt)
     bound = math.fsum(maxkl(eps) * cnt) + math.sqrt(0.5 * math.fsum(eps * eps * cnt) * -math.log(delta))
-    return _round_up(min(total, bound))
+    return min(_round_up(total, rel=0.0), _round_up(bound))
 
 
 def mgf_log_moment(epsilon: float, lam):
@@ -318,7 +318,8 @@ def mgf_epsilon(epsilons, delta: float, counts=None) -> float:
         return (_total_log_moment(eps, cnt, lam) + log_inv) / lam
 
     res = minimize_scalar(objective, bounds=_LOG_LAMBDA_RANGE, method="bounded", options={"xatol": 1e-9})
-    return _round_up(min(total, float(res.fun)), rel=_CLOSED_FORM_SLACK + 64.0 * _ULP * float(cnt.sum()))
+    bound = _round_up(float(res.fun), rel=_CLOSED_FORM_SLACK + 64.0 * _ULP * float(cnt.sum()))
+    return min(_round_up(total, rel=0.0), bound)
 
 
 # --------------------------------------------------------------------------------------------
