@@ -1,0 +1,265 @@
+"""Tests of pipelines.mechanisms: outputs, events, grids and output distributions.
+
+False-alarm rate: each statistical test rejects at p < ALPHA = 1e-4 with a fixed seed.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+
+import numpy as np
+import pytest
+from scipy import integrate, optimize, stats
+
+from accounting.events import BoundedRange, Gaussian, Laplace, PureDP, SelfComposed, ZCDP
+from pipelines import mechanisms
+from pipelines.mechanisms import (
+    count_mle,
+    exponential_top_k,
+    gaussian,
+    laplace,
+    laplace_above_threshold,
+    laplace_report_noisy_max,
+    order_consistent_counts,
+    truncated_gaussian,
+    truncation_level,
+)
+from pipelines.noise import SecureRandom, granularity
+
+ALPHA = 1e-4
+
+
+def on_grid(values: np.ndarray, step: float) -> bool:
+    units = np.asarray(values) / step
+    return bool(np.array_equal(units, np.round(units)))
+
+
+class TestLaplaceAndGaussian:
+    def test_laplace_release(self):
+        release = laplace(np.array([3, 10, 0]), 2.0, SecureRandom(1), sensitivity=1.0)
+        assert release.event == Laplace(2.0, 1.0)  # integer input on a fine grid: no rounding slack
+        assert on_grid(release.value, granularity(2.0))
+        assert release.parameters["granularity"] == granularity(2.0)
+        assert not release.value.flags.writeable
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            release.event = None
+
+    def test_gaussian_release(self):
+        release = gaussian(np.array([3.0, 10.25]), 5.0, SecureRandom(2), sensitivity=2.0, max_partitions=2)
+        step = granularity(5.0)
+        assert on_grid(release.value, step)
+        # float input: L2 sensitivity grows by at most sqrt(2) grid steps
+        assert isinstance(release.event, Gaussian) and release.event.sigma == 5.0
+        assert 2.0 < release.event.sensitivity <= 2.0 + math.sqrt(2) * step + 1e-15
+        assert "gaussian(sigma=5.0" in release.describe()
+
+    def test_float_laplace_sensitivity_counts_all_coordinates_by_default(self):
+        release = laplace(np.array([0.3, 0.7, 0.1]), 1.0, SecureRandom(3))
+        step = granularity(1.0)
+        assert 1.0 < release.event.sensitivity <= 1.0 + 3 * step + 1e-15
+
+    def test_noise_distribution(self):
+        # the released value minus the input is Laplace(scale) / N(0, sigma^2) (KS at the fine grid)
+        values = np.full(100_000, 7.0)
+        lap = laplace(values, 1.5, SecureRandom(4), sensitivity=1.0, max_partitions=1).value - 7.0
+        gau = gaussian(values, 0.5, SecureRandom(5), sensitivity=1.0, max_partitions=1).value - 7.0
+        assert stats.kstest(lap, "laplace", args=(0, 1.5)).pvalue > ALPHA
+        assert stats.kstest(gau, "norm", args=(0, 0.5)).pvalue > ALPHA
+
+    @pytest.mark.parametrize(
+        "call, message",
+        [
+            (lambda r: laplace([1.0], 0.0, r), "laplace: scale must be a positive finite number, got 0.0"),
+            (lambda r: laplace([1.0], 1.0, r, sensitivity=-1), "laplace: sensitivity must be a positive"),
+            (lambda r: laplace([[1.0]], 1.0, r), r"laplace: values must be a 1-d numeric array"),
+            (lambda r: gaussian([np.nan], 1.0, r), "gaussian: values must be finite"),
+            (lambda r: gaussian([1.0], 1.0, r, max_partitions=0), "max_partitions must be an integer >= 1, got 0"),
+            (lambda r: gaussian(["a"], 1.0, r), "1-d numeric array"),
+        ],
+    )
+    def test_errors(self, call, message):
+        with pytest.raises(ValueError, match=message):
+            call(SecureRandom(0))
+
+    def test_rng_type(self):
+        with pytest.raises(TypeError, match="rng must be a pipelines.noise.SecureRandom, got Generator"):
+            laplace([1.0], 1.0, np.random.default_rng(0))
+
+
+class TestTruncatedGaussian:
+    # Cesar–Rogers eq. (10) reference values (tau = 1), computed in the shared note.
+    @pytest.mark.parametrize(
+        "sigma, partitions, delta, expected",
+        [(1, 1, 1e-10, 7.361201), (5, 1, 1e-10, 32.565051), (10, 1, 1e-10, 63.460889),
+         (10, 10, 1e-10, 67.020462), (13.1, 25, 1e-6, 68.693428), (20, 5, 1e-6, 96.469045)],
+    )
+    def test_truncation_level_reference_values(self, sigma, partitions, delta, expected):
+        level = truncation_level(sigma, 1.0, partitions, delta)
+        assert expected - 1e-6 <= level <= expected + 1e-6
+
+    def test_truncation_level_is_rounded_up(self):
+        # at the returned T the failure probability is at most delta; slightly below T it is above
+        sigma, tau, partitions, delta = 3.0, 2.0, 4, 1e-9
+        level = truncation_level(sigma, tau, partitions, delta)
+
+        def failure(level):
+            inside = stats.norm.cdf(level / sigma) - stats.norm.cdf(-level / sigma)
+            return partitions * (stats.norm.cdf((tau - level) / sigma) - stats.norm.cdf(-level / sigma)) / inside
+
+        assert failure(level) <= delta < failure(level * (1 - 1e-6))
+
+    def test_scales_with_threshold(self):
+        # the paper's sigma is ours divided by tau: T scales linearly
+        assert truncation_level(30.0, 3.0, 2, 1e-8) == pytest.approx(3 * truncation_level(10.0, 1.0, 2, 1e-8), rel=1e-9)
+
+    def test_small_counts_never_released(self):
+        counts = np.concatenate([np.ones(5000, dtype=np.int64), np.zeros(5000, dtype=np.int64)])
+        release = truncated_gaussian(counts, 0.5, 1, SecureRandom(6), delta=1e-3, max_partitions=1)
+        indices, values = release.value
+        assert indices.size == 0 and values.size == 0
+
+    def test_release_and_event(self):
+        counts = np.array([500, 3, 80, 0, 2])
+        release = truncated_gaussian(counts, 4.0, 2, SecureRandom(7), delta=1e-8, max_partitions=3)
+        indices, values = release.value
+        assert list(indices) == [0, 2]  # cutoff 2 + T is about 29 here
+        assert release.event == ZCDP(rho=3 * 4 / (2 * 16.0), delta=1e-8)
+        assert on_grid(values, release.parameters["granularity"])
+        assert np.all(values > release.parameters["cutoff"])
+        assert np.all(np.abs(values - counts[indices]) <= release.parameters["truncation"])
+
+    def test_noise_is_truncated_gaussian(self):
+        counts = np.full(100_000, 1000)
+        release = truncated_gaussian(counts, 3.0, 1, SecureRandom(8), delta=0.2, max_partitions=1)
+        indices, values = release.value
+        level = release.parameters["truncation"]
+        assert indices.size == counts.size
+        noise = values - 1000
+        reference = stats.truncnorm(-level / 3.0, level / 3.0, scale=3.0)
+        assert np.abs(noise).max() <= level
+        assert stats.kstest(noise, reference.cdf).pvalue > ALPHA
+
+    def test_errors(self):
+        with pytest.raises(ValueError, match=r"truncation_level: delta must lie in \(0, 1\), got 0"):
+            truncated_gaussian([5], 1.0, 1, SecureRandom(0), delta=0)
+        with pytest.raises(ValueError, match="truncated_gaussian: threshold must be a positive"):
+            truncated_gaussian([5], 1.0, 0, SecureRandom(0), delta=1e-6)
+
+
+def exact_top_k(scores: np.ndarray, k: int, epsilon: float, sensitivity: float) -> dict[tuple, float]:
+    """Probability of every ordered k-tuple under k peeled exponential mechanisms."""
+    weights = np.exp(epsilon * scores / sensitivity)
+    out = {}
+    for order in itertools.permutations(range(scores.size), k):
+        p, remaining = 1.0, weights.sum()
+        for i in order:
+            p *= weights[i] / remaining
+            remaining -= weights[i]
+        out[order] = p
+    return out
+
+
+class TestExponentialTopK:
+    SCORES = np.array([0.0, 1.0, 2.5, 0.5])
+    TRIALS = 8_000
+
+    def sample(self, method: str, k: int, seed: int) -> list[tuple]:
+        rng = SecureRandom(seed)
+        return [tuple(exponential_top_k(self.SCORES, k, 0.8, 1.0, rng, method=method).value) for _ in range(self.TRIALS)]
+
+    @pytest.mark.parametrize("k", [1, 2, 3])
+    def test_gumbel_and_peel_match_exact_and_each_other(self, k):
+        exact = exact_top_k(self.SCORES, k, 0.8, 1.0)
+        outcomes = list(exact)
+        expected = np.array([exact[o] for o in outcomes]) * self.TRIALS
+        tables = []
+        for method, seed in (("gumbel", 20 + k), ("peel", 30 + k)):
+            draws = self.sample(method, k, seed)
+            observed = np.array([draws.count(o) for o in outcomes], dtype=float)
+            assert stats.chisquare(observed, expected).pvalue > ALPHA, method
+            tables.append(observed)
+        # two-sample test: the two methods give the same distribution over ordered outputs
+        assert stats.chi2_contingency(np.array(tables)).pvalue > ALPHA
+
+    def test_event_and_output(self):
+        release = exponential_top_k(np.arange(1000.0), 10, 0.5, 2.0, SecureRandom(9))
+        assert release.event == SelfComposed(BoundedRange(0.5), 10)
+        assert release.value.shape == (10,) and len(set(release.value.tolist())) == 10
+        full = exponential_top_k(np.arange(5.0), 5, 1.0, 1.0, SecureRandom(9))
+        assert sorted(full.value.tolist()) == [0, 1, 2, 3, 4]
+
+    def test_high_epsilon_recovers_the_true_order(self):
+        scores = np.array([5.0, 50.0, 10.0, 40.0, 0.0])
+        for method in ("gumbel", "peel"):
+            release = exponential_top_k(scores, 3, 100.0, 1.0, SecureRandom(10), method=method)
+            assert release.value.tolist() == [1, 3, 2]
+
+    @pytest.mark.parametrize(
+        "kwargs, message",
+        [
+            (dict(k=0), "k must be an integer >= 1, got 0"),
+            (dict(k=9), "k must be at most the number of scores 4, got 9"),
+            (dict(epsilon=-1.0), "epsilon must be a positive"),
+            (dict(method="softmax"), r"method must be one of \('gumbel', 'peel'\), got 'softmax'"),
+        ],
+    )
+    def test_errors(self, kwargs, message):
+        args = dict(scores=self.SCORES, k=2, epsilon=1.0, sensitivity=1.0, rng=SecureRandom(0))
+        args.update(kwargs)
+        with pytest.raises(ValueError, match=message):
+            exponential_top_k(**args)
+
+
+class TestCountMLE:
+    def test_projection_matches_constrained_least_squares(self):
+        # Cesar–Rogers eq. (9) solved by nnls: x = U y with U upper-triangular ones, y >= 0
+        rng = np.random.default_rng(11)
+        for _ in range(200):
+            k = rng.integers(1, 12)
+            noisy = rng.normal(5, 4, size=k)
+            upper = np.triu(np.ones((k, k)))
+            y, _ = optimize.nnls(upper, noisy)
+            assert np.allclose(order_consistent_counts(noisy), upper @ y, atol=1e-8)
+
+    def test_count_mle_release(self):
+        release = count_mle(np.array([40, 12, 11, 2]), 3.0, SecureRandom(12), sensitivity=2.0)
+        assert release.event == Gaussian(3.0, 2.0)
+        assert np.all(np.diff(release.value) <= 0) and np.all(release.value >= 0)
+        assert release.mechanism == "count_mle"
+
+
+class TestLaplaceBaselines:
+    def test_report_noisy_max_distribution(self):
+        # two candidates (0, 1): P[argmax = 1] = P[L0 - L1 < 1] = 1 - exp(-1/b)(1 + 1/(2b)) / 2
+        scale, trials = 1.5, 15_000
+        rng = SecureRandom(13)
+        wins = sum(laplace_report_noisy_max([0.0, 1.0], scale, rng).value for _ in range(trials))
+        p = 1 - math.exp(-1 / scale) * (1 + 1 / (2 * scale)) / 2
+        assert stats.binomtest(wins, trials, p).pvalue > ALPHA
+
+    def test_report_noisy_max_event(self):
+        assert laplace_report_noisy_max([1, 2], 2.0, SecureRandom(0)).event == PureDP(1.0)
+        assert laplace_report_noisy_max([1, 2], 2.0, SecureRandom(0), monotone=True).event == PureDP(0.5)
+
+    def test_above_threshold_distribution(self):
+        # one query v against threshold r: P[TOP] = P[v + Lq >= r + Lt], by quadrature
+        bt, bq, v, r, trials = 1.0, 2.0, 0.5, 1.0, 15_000
+        p_top = integrate.quad(lambda z: stats.laplace.pdf(z, scale=bt) * stats.laplace.sf(r + z - v, scale=bq),
+                               -60, 60, points=[0.0, v - r], limit=200)[0]
+        rng = SecureRandom(14)
+        tops = sum(laplace_above_threshold([v], bt, bq, r, rng).value == 0 for _ in range(trials))
+        assert stats.binomtest(tops, trials, p_top).pvalue > ALPHA
+
+    def test_above_threshold_event_and_halting(self):
+        release = laplace_above_threshold([0.0, 0.0, 100.0, 100.0], 1.0, 2.0, 50.0, SecureRandom(15))
+        assert release.value == 2
+        assert release.event == PureDP(1.0 / 1.0 + 2 * 1.0 / 2.0)
+        none = laplace_above_threshold([0.0, 0.0], 1.0, 1.0, 100.0, SecureRandom(15), monotone=True)
+        assert none.value is None and none.event == PureDP(2.0)
+
+
+def test_public_names():
+    for name in ("laplace", "gaussian", "truncated_gaussian", "exponential_top_k", "report_noisy_max",
+                 "above_threshold", "laplace_report_noisy_max", "laplace_above_threshold", "count_mle"):
+        assert callable(getattr(mechanisms, name))
