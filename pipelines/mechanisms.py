@@ -19,6 +19,7 @@ noisy scores are never released, so their low bits cannot leak.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -41,12 +42,16 @@ class Release:
 
     `parameters` holds the public parameters actually used (noise scale, grid
     step, effective sensitivity, ...), for reports. Array values are read-only.
+    `ex_post_epsilon` (AboveThreshold only) is the pure ex-post loss of the
+    outcome released: data-dependent spend for a privacy filter or the sealed
+    ledger, never for publication (DESIGN.md section 1).
     """
 
     mechanism: str
     value: Any
     event: Event
     parameters: Mapping[str, Any]
+    ex_post_epsilon: float | None = None
 
     def describe(self) -> str:
         """One line for reports: mechanism, public parameters and event."""
@@ -54,10 +59,10 @@ class Release:
         return f"{self.mechanism}({params}) -> {self.event!r}"
 
 
-def _release(mechanism: str, value: Any, event: Event, **parameters: Any) -> Release:
+def _release(mechanism: str, value: Any, event: Event, ex_post_epsilon: float | None = None, **parameters: Any) -> Release:
     if isinstance(value, np.ndarray):
         value.setflags(write=False)
-    return Release(mechanism, value, event, MappingProxyType(parameters))
+    return Release(mechanism, value, event, MappingProxyType(parameters), ex_post_epsilon)
 
 
 def _positive(owner: str, name: str, value: float) -> float:
@@ -299,6 +304,12 @@ def _bounded(owner: str, values, lower: float, upper: float, minimum: int) -> np
     return np.clip(array.astype(np.float64), lower, upper)
 
 
+@functools.lru_cache(maxsize=256)
+def _report_noisy_max_epsilon(d: int, sigma: float, sensitivity: float, lower: float, upper: float) -> float:
+    """Memoised `accounting.selection.report_noisy_max_epsilon` (a pure function of public parameters)."""
+    return float(selection.report_noisy_max_epsilon(d, sigma, sensitivity, lower, upper))
+
+
 def report_noisy_max(
     values, sigma: float, rng: SecureRandom, *, sensitivity: float, lower: float, upper: float
 ) -> Release:
@@ -312,14 +323,14 @@ def report_noisy_max(
     Checks: at least 2 values; sigma, sensitivity positive; lower < upper.
     Caller must ensure: the number of values is public.
     Numerics: idealised float noise; only the index is released.
-    Runtime: O(d) plus the epsilon quadrature (under 1 ms).
+    Runtime: O(d) plus the epsilon quadrature (under 1 ms, memoised per parameter set).
     """
     owner = "report_noisy_max"
     sigma = _positive(owner, "sigma", sigma)
     sensitivity = _positive(owner, "sensitivity", sensitivity)
     array = _bounded(owner, values, lower, upper, minimum=2)
     rng = _rng(owner, rng)
-    epsilon = selection.report_noisy_max_epsilon(array.size, sigma, sensitivity, lower, upper)
+    epsilon = _report_noisy_max_epsilon(array.size, sigma, sensitivity, float(lower), float(upper))
     index = int(np.argmax(array + sigma * rng.standard_normal(array.size)))
     return _release(owner, index, PureDP(epsilon), sigma=sigma, sensitivity=sensitivity, lower=lower, upper=upper)
 
@@ -342,15 +353,15 @@ def above_threshold(
     >= rho_hat; the first TOP halts. Lebensold–Precup–Balle 2024, Algorithm 3
     (Zhu–Wang 2020).
     Privacy: each value moves by at most `sensitivity` between neighbours.
-    Pure ex-post DP per outcome (LPB Thm 17): `parameters["ex_post_epsilon"]`
-    is the loss of the outcome actually released (it depends only on the
-    output and public parameters). The event is the ex-ante pure bound over
+    Pure ex-post DP per outcome (LPB Thm 17): `Release.ex_post_epsilon` is
+    the loss of the outcome actually released (for a filter; never published).
+    The event is the ex-ante pure bound over
     the len(values) possible outcomes and the all-BOT outcome:
     `PureDP(max_t ex_post_epsilon(t))`.
     Checks: sigmas, sensitivity positive; lower < upper; finite threshold.
     Caller must ensure: the number of values is public; values arrive in a data-independent order.
     Numerics: idealised float noise; only the index is released.
-    Runtime: O(n) plus the epsilon quadrature.
+    Runtime: O(n) plus the epsilon quadrature over n outcomes (memoised per parameter set).
     """
     owner = "above_threshold"
     sigma_threshold = _positive(owner, "sigma_threshold", sigma_threshold)
@@ -366,8 +377,8 @@ def above_threshold(
     bound = _above_threshold_epsilons(array.size, sigma_threshold, sigma_query, threshold, sensitivity, lower, upper)
     ex_post = bound.stopped if index is None else bound.top[index]
     return _release(
-        owner, index, PureDP(bound.ex_ante), sigma_threshold=sigma_threshold, sigma_query=sigma_query,
-        threshold=threshold, sensitivity=sensitivity, lower=lower, upper=upper, ex_post_epsilon=ex_post,
+        owner, index, PureDP(bound.ex_ante), ex_post, sigma_threshold=sigma_threshold, sigma_query=sigma_query,
+        threshold=threshold, sensitivity=sensitivity, lower=lower, upper=upper,
     )
 
 
@@ -378,6 +389,7 @@ class _ThresholdEpsilons:
     ex_ante: float
 
 
+@functools.lru_cache(maxsize=256)
 def _above_threshold_epsilons(n, sigma_threshold, sigma_query, threshold, sensitivity, lower, upper):
     positions = np.arange(1, n + 1)
     common = dict(sigma_threshold=sigma_threshold, sigma_query=sigma_query, threshold=threshold,
