@@ -4,6 +4,7 @@ from __future__ import annotations
 from accounting.bounds import Bound
 from accounting.bounds.basic import BasicComposition
 from accounting.bounds.bounded_range import MGFBound, OptimalNonadaptiveBR, OptKL
+from accounting.bounds.cesar_rogers import MixedMGF, MixedNonadaptive, MixedSetwise, SingleBRAdaptive
 from accounting.bounds.gaussian import ExactGaussian
 from accounting.bounds.rdp import RDPComposition
 from accounting.bounds.zcdp import ZCDPComposition
@@ -16,6 +17,10 @@ def default_bounds() -> tuple[Bound, ...]:
         OptimalNonadaptiveBR(),
         OptKL(),
         MGFBound(),
+        MixedNonadaptive(),
+        SingleBRAdaptive(),
+        MixedSetwise(),
+        MixedMGF(),
         ZCDPComposition(),
         RDPComposition(),
     )
