@@ -1,0 +1,169 @@
+"""The interface every privacy filter shares, and the exact arithmetic the additive filters use.
+
+A privacy filter decides, before a mechanism runs, whether the mechanism's
+declared privacy cost still fits the budget, given every cost admitted so far.
+Costs may be chosen after earlier outputs were seen (fully adaptive
+composition); each filter's docstring names the theorem that makes its rule
+valid in that setting.
+
+Refusal semantics. A filter whose theorem stops the interaction at the first
+refusal (`halts_on_refusal = True`) stays halted afterwards and refuses
+everything. The other filters are residue filters (Regehr et al., Alg. 1 and
+Thm 1) and keep serving smaller requests after a refusal: the refusal is a
+function of the public state and the declared cost only, so it is the same as
+the analyst issuing the free query Id, which every privacy rule allows
+(Regehr et al., Def 10); see docs/proofs/accounting.filters.refusal.md.
+"""
+from __future__ import annotations
+
+import abc
+import math
+from fractions import Fraction
+from typing import Any, ClassVar, Mapping
+
+from accounting.composition import leaf_counts
+from accounting.events import Event, InvalidEventError
+
+
+class UnsupportedByFilterError(ValueError):
+    """The filter has no valid rule for one of the event's leaves; names the leaf and the allowed kinds."""
+
+
+def exact_decimal(value: float) -> Fraction:
+    """The exact rational of the shortest decimal that round-trips to `value` (0.1 -> 1/10).
+
+    Privacy parameters are declared in decimal (job files, the CLI); reading
+    them back as that decimal keeps sums such as ten times 0.1 exactly equal
+    to 1, where binary floats would drift either way.
+    """
+    if not (isinstance(value, (int, float, Fraction)) and math.isfinite(value)):
+        raise InvalidEventError(f"privacy parameter must be a finite number, got {value!r}")
+    if isinstance(value, Fraction):
+        return value
+    return Fraction(repr(float(value)))
+
+
+def fraction_to_json(value: Fraction) -> str:
+    return f"{value.numerator}/{value.denominator}"
+
+
+def fraction_from_json(text: str) -> Fraction:
+    return Fraction(text)
+
+
+def check_budget(owner: str, name: str, value: float, allow_zero: bool = False) -> float:
+    """A budget parameter: finite and positive (or >= 0); one-line error otherwise."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    ok = ok and (value >= 0 if allow_zero else value > 0)
+    if not ok:
+        allowed = "a finite number >= 0" if allow_zero else "a positive finite number"
+        raise ValueError(f"{owner}.{name} must be {allowed}, got {value!r}")
+    return float(value)
+
+
+def check_delta(owner: str, value: float, allow_zero: bool = True) -> float:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    ok = ok and (0 <= value < 1 if allow_zero else 0 < value < 1)
+    if not ok:
+        interval = "[0, 1)" if allow_zero else "(0, 1)"
+        raise ValueError(f"{owner}.delta must lie in {interval}, got {value!r}")
+    return float(value)
+
+
+class PrivacyFilter(abc.ABC):
+    """Common surface: `halted`, `describe()`, `to_dict()` and `PrivacyFilter.from_dict`.
+
+    `to_dict` holds everything needed to resume the filter (the ledger stores
+    it); `public_dict` holds only what may be shown to users.
+    """
+
+    kind: ClassVar[str]
+    halts_on_refusal: ClassVar[bool]
+
+    def __init__(self) -> None:
+        self._halted = False
+
+    @property
+    def halted(self) -> bool:
+        return self._halted
+
+    @abc.abstractmethod
+    def describe(self) -> str:
+        """The rule and the guarantee in plain words."""
+
+    @abc.abstractmethod
+    def _parameters(self) -> dict[str, Any]:
+        """Constructor arguments, JSON-ready."""
+
+    @abc.abstractmethod
+    def _state(self) -> dict[str, Any]:
+        """Mutable state, JSON-ready."""
+
+    @abc.abstractmethod
+    def _load_state(self, state: Mapping[str, Any]) -> None:
+        """Restore what `_state` wrote."""
+
+    def public_dict(self) -> dict[str, Any]:
+        """Parameters, state and halted flag; subclasses whose state is sealed override this."""
+        return {"filter": self.kind, **self._parameters(), **self._state(), "halted": self._halted}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"filter": self.kind, "parameters": self._parameters(), "state": self._state(), "halted": self._halted}
+
+    @staticmethod
+    def from_dict(data: Mapping[str, Any]) -> "PrivacyFilter":
+        from accounting.filters import FILTER_CLASSES
+
+        kind = data.get("filter")
+        cls = FILTER_CLASSES.get(kind)
+        if cls is None:
+            raise ValueError(f"unknown filter {kind!r}; known: {', '.join(sorted(FILTER_CLASSES))}")
+        instance = cls(**data["parameters"])
+        instance._load_state(data["state"])
+        instance._halted = bool(data["halted"])
+        return instance
+
+
+class EventFilter(PrivacyFilter):
+    """A filter that takes privacy events: `admits(event)` and `try_spend(event)`.
+
+    Subclasses implement `_charge(leaves)`, which returns the state after
+    admitting the event's leaves or None when the budget does not allow it,
+    and `_apply(new_state)`. `try_spend` changes nothing unless it admits,
+    except that a halting filter records its halt.
+    """
+
+    @abc.abstractmethod
+    def _charge(self, leaves: Mapping[Event, int]) -> Any:
+        """The state after admitting `leaves` ({leaf event: count}), or None when refused."""
+
+    @abc.abstractmethod
+    def _apply(self, new_state: Any) -> None:
+        """Make `new_state` (returned by `_charge`) current."""
+
+    def _leaves(self, event: Event) -> dict[Event, int]:
+        if not isinstance(event, Event):
+            raise InvalidEventError(f"{type(self).__name__} takes privacy events, got {event!r}")
+        return dict(leaf_counts(event))
+
+    def admits(self, event: Event) -> bool:
+        """Whether `try_spend(event)` would admit the event now; changes nothing."""
+        return not self._halted and self._charge(self._leaves(event)) is not None
+
+    def try_spend(self, event: Event) -> bool:
+        """Admit and debit `event`, or refuse it. Raises UnsupportedByFilterError for leaves the rule cannot price."""
+        leaves = self._leaves(event)
+        if self._halted:
+            return False
+        new_state = self._charge(leaves)
+        if new_state is None:
+            if self.halts_on_refusal:
+                self._halted = True
+            return False
+        self._apply(new_state)
+        return True
+
+    def _unsupported(self, leaf: Event, allowed: str) -> UnsupportedByFilterError:
+        return UnsupportedByFilterError(
+            f"{type(self).__name__} cannot price {type(leaf).__name__} events; allowed: {allowed}, got {leaf!r}"
+        )
