@@ -34,8 +34,8 @@ from accounting.events import BoundedRange
 
 _ULP = 2.0**-52
 _LOG_FLOOR = -1.0e4  # stands in for log(0) while root finding on log delta; far below any float64 delta
-_WINDOW_LOG_DECAY = 40.0  # inner sums keep about sqrt(40 k) terms each side of the dominant index
-_CHUNK_ENTRIES = 1 << 21  # candidates x window entries evaluated per numpy block
+_WINDOW_LOG_DECAY = 40.0  # each inner-sum window reaches where the binomial mass fell by about e^-40
+_CHUNK_ENTRIES = 1 << 20  # summed terms evaluated per numpy block
 _LOG_LAMBDA_RANGE = (-30.0, 30.0)  # MGF search interval for ln(lambda)
 _CLOSED_FORM_SLACK = 1e-12  # relative upward rounding of the closed-form and MGF answers
 
@@ -84,10 +84,11 @@ def _log_delta_at_candidates(k: int, epsilon: float, eps_g: float, t: np.ndarray
     Uses the q-form of DDR eq. (6) (App. C.1): delta^k(t) is the sum over
     i <= m(t) of C(k,i) q_t^{k-i} (1-q_t)^i (1 - e^{eps_g - kt + i eps}), m(t) the
     largest i with kt - i eps > eps_g. Each summand is at most the Binomial(k,
-    1-q_t) mass at i, which is log-concave; only the window of terms within W of
-    c = min(m, mode) is summed, and the omitted terms are replaced by
-    (count omitted) x (largest omitted binomial mass), an upper bound
-    (docs/proofs/bounded_range.OptimalNonadaptiveBR.md).
+    1-q_t) mass at i, which is log-concave. Per candidate only a window of terms
+    around c = min(m, mode) is summed, wide enough that the binomial mass has
+    fallen by about e^-40 at its edges; the omitted terms are replaced by
+    (count omitted) x (mass at the window edge), an upper bound whatever the
+    width (docs/proofs/bounded_range.OptimalNonadaptiveBR.md).
     """
     log_c = _log_binomial_row(k)
     lq = rr.log_q(epsilon, t)
@@ -97,42 +98,50 @@ def _log_delta_at_candidates(k: int, epsilon: float, eps_g: float, t: np.ndarray
     keep = m >= 0
     if not np.any(keep):
         return -math.inf
-    t, lq, l1q, x0, m = t[keep], lq[keep], l1q[keep], x0[keep], m[keep]
-    mode = np.floor((k + 1) * np.exp(l1q)).astype(np.int64).clip(0, k)
+    lq, l1q, x0, m = lq[keep], l1q[keep], x0[keep], m[keep]
+    success = np.exp(l1q)  # 1 - q_t, the Binomial parameter
+    mode = np.floor((k + 1) * success).astype(np.int64).clip(0, k)
     centre = np.minimum(m, mode)
-    half = int(math.ceil(math.sqrt(_WINDOW_LOG_DECAY * k))) + 8
-    lo = np.maximum(centre - half, 0)
-    hi = np.minimum(centre + half, m)
-    width = int(np.max(hi - lo)) + 1
-    offsets = np.arange(width, dtype=np.int64)
-    rows = max(1, _CHUNK_ENTRIES // width)
+    # Window: Gaussian-type decay near the mode, geometric decay (ratio r(c) = mass(c-1)/mass(c)) in the tail.
+    spread = np.sqrt(2.0 * _WINDOW_LOG_DECAY * k * success * (1.0 - success)) + _WINDOW_LOG_DECAY + 4.0
+    with np.errstate(divide="ignore"):
+        log_ratio = np.log(centre) - np.log(k - centre + 1.0) + lq - l1q
+    geometric = np.where(log_ratio < -1e-3, _WINDOW_LOG_DECAY / -np.minimum(log_ratio, -1e-3) + 4.0, np.inf)
+    lo = np.maximum(centre - np.ceil(np.minimum(spread, geometric)).astype(np.int64), 0)
+    hi = np.minimum(centre + np.ceil(spread).astype(np.int64), m)
+    widths = hi - lo + 1
+    # Omitted terms: i < lo are each at most the mass at lo - 1 (mass rises up to the mode);
+    # lo... hi are summed; hi < i <= m are each at most the mass at hi + 1 (mass falls after the mode).
+    below_j = np.maximum(lo - 1, 0)
+    below = np.where(
+        lo > 0, np.log(np.maximum(lo, 1)) + log_c[below_j] + (k - below_j) * lq + below_j * l1q, -np.inf
+    )
+    above_j = np.minimum(hi + 1, k)
+    above = np.where(
+        hi < m, np.log(np.maximum(m - hi, 1)) + log_c[above_j] + (k - above_j) * lq + above_j * l1q, -np.inf
+    )
+    # Float64 error of each log summand is a few ulps of its largest part; add 64 ulps of that.
+    margin = 64.0 * _ULP * (log_c[k // 2] + k * np.maximum(np.abs(lq), np.abs(l1q)) + abs(eps_g) + k * epsilon + 1.0)
+    ends = np.cumsum(widths)
     best = -math.inf
-    for start in range(0, t.size, rows):
-        sl = slice(start, start + rows)
-        idx = lo[sl, None] + offsets[None, :]
-        inside = idx <= hi[sl, None]
-        idx = np.where(inside, idx, lo[sl, None])
-        log_mass = log_c[idx] + (k - idx) * lq[sl, None] + idx * l1q[sl, None]
-        x = x0[sl, None] - idx * epsilon
-        with np.errstate(divide="ignore", invalid="ignore"):
-            log_gap = np.log(-np.expm1(-np.maximum(x, 0.0)))
-        terms = np.where(inside, log_mass + log_gap, -np.inf)
-        row = logsumexp(terms, axis=1)
-        # Omitted terms below the window: i < lo, each at most the mass at lo - 1.
-        below = lo[sl] > 0
-        if np.any(below):
-            j = np.maximum(lo[sl] - 1, 0)
-            tail = np.log(np.maximum(lo[sl], 1)) + log_c[j] + (k - j) * lq[sl] + j * l1q[sl]
-            row = np.where(below, np.logaddexp(row, tail), row)
-        # Omitted terms above the window: hi < i <= m, each at most the mass at hi + 1.
-        above = hi[sl] < m[sl]
-        if np.any(above):
-            j = np.minimum(hi[sl] + 1, k)
-            tail = np.log(np.maximum(m[sl] - hi[sl], 1)) + log_c[j] + (k - j) * lq[sl] + j * l1q[sl]
-            row = np.where(above, np.logaddexp(row, tail), row)
-        # Float64 error of each log summand is a few ulps of its largest part; add 64 ulps of that.
-        scale = log_c[k // 2] + k * np.maximum(np.abs(lq[sl]), np.abs(l1q[sl])) + abs(eps_g) + k * epsilon + 1.0
-        best = max(best, float(np.max(row + 64.0 * _ULP * scale)))
+    start = 0
+    while start < widths.size:
+        stop = int(np.searchsorted(ends, ends[start - 1] + _CHUNK_ENTRIES if start else _CHUNK_ENTRIES, side="right"))
+        stop = max(stop, start + 1)
+        w = widths[start:stop]
+        row = np.repeat(np.arange(start, stop), w)
+        first = np.concatenate(([0], np.cumsum(w)[:-1]))
+        idx = lo[row] + (np.arange(int(w.sum())) - np.repeat(first, w))
+        x = x0[row] - idx * epsilon
+        with np.errstate(divide="ignore"):
+            terms = log_c[idx] + (k - idx) * lq[row] + idx * l1q[row] + np.log(-np.expm1(-np.maximum(x, 0.0)))
+        peak = np.maximum.reduceat(terms, first)
+        finite_peak = np.where(np.isfinite(peak), peak, 0.0)
+        with np.errstate(divide="ignore"):
+            sums = finite_peak + np.log(np.add.reduceat(np.exp(terms - np.repeat(finite_peak, w)), first))
+        sums = np.logaddexp(np.logaddexp(sums, below[start:stop]), above[start:stop])
+        best = max(best, float(np.max(sums + margin[start:stop])))
+        start = stop
     return best
 
 
@@ -175,6 +184,7 @@ def br_optimal_epsilon(k: int, epsilon: float, delta: float) -> float:
     k = int(k)
     target = math.log(delta)
 
+    @functools.lru_cache(maxsize=None)  # brentq re-evaluates the bracket ends
     def excess(eps_g: float) -> float:
         return max(br_optimal_log_delta(k, epsilon, eps_g), _LOG_FLOOR) - target
 
