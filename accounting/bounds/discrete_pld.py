@@ -29,7 +29,7 @@ import numpy as np
 from scipy.special import logsumexp
 
 SUM_SLACK = 1e-13
-EPSILON_MARGIN = 1e-11
+EPSILON_MARGIN = 1e-12
 
 
 def _log_one_minus_exp(x: np.ndarray) -> np.ndarray:
@@ -103,4 +103,4 @@ class DiscretePLD:
         while self.delta(root) > target:
             root += step
             step *= 2.0
-        return root + EPSILON_MARGIN * max(1.0, abs(root))
+        return root + EPSILON_MARGIN * abs(root)
