@@ -23,7 +23,8 @@ Four bounds, plus plain functions for benchmarks:
   BR, Gaussian and approximate-zCDP events.
 - `MixedMGF`: the moment-generating-function (Chernoff) form of the same
   set-wise argument with each class's exact worst-case log-MGF; for BR alone
-  it is Dong–Durfee–Rogers Thm 5. Tighter than `MixedSetwise` everywhere.
+  it is Dong–Durfee–Rogers Thm 5. Never looser than `MixedSetwise` (each exact
+  log-MGF is at most lam mean_i + lam^2 rho_i), up to the rounding margins.
 """
 from __future__ import annotations
 
@@ -237,8 +238,8 @@ class MixedProfile:
                     raise ValueError(f"MixedProfile.{name} needs (epsilon > 0, count >= 0) pairs, got {(eps, count)!r}")
         if not (math.isfinite(self.rho) and self.rho >= 0):
             raise ValueError(f"MixedProfile.rho must be a finite number >= 0, got {self.rho!r}")
-        if not (0 <= self.zcdp_delta < 1):
-            raise ValueError(f"MixedProfile.zcdp_delta must lie in [0, 1), got {self.zcdp_delta!r}")
+        if not (math.isfinite(self.zcdp_delta) and self.zcdp_delta >= 0):
+            raise ValueError(f"MixedProfile.zcdp_delta must be a finite number >= 0, got {self.zcdp_delta!r}")
 
     @classmethod
     def from_composition(cls, composition: Composition) -> "MixedProfile":
@@ -255,7 +256,7 @@ class MixedProfile:
         rho = math.fsum(c * e.mu**2 / 2 for e, c in composition.select(Gaussian))
         rho += math.fsum(c * e.rho for e, c in composition.select(ZCDP))
         zdelta = math.fsum(c * e.delta for e, c in composition.select(ZCDP))
-        return cls(tuple(sorted(pure.items())), tuple(sorted(br.items())), rho, min(zdelta, 1.0 - 1e-16))
+        return cls(tuple(sorted(pure.items())), tuple(sorted(br.items())), rho, zdelta)
 
     def is_empty(self) -> bool:
         return not any(c for _, c in self.pure) and not any(c for _, c in self.bounded_range) and self.rho == 0
