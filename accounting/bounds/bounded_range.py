@@ -228,11 +228,14 @@ def _grouped(epsilons: Iterable[float] | float, counts: Iterable[int] | None) ->
 def maxkl(epsilon):
     """max over t of KL(RR_{eps,t}(0) || RR_{eps,t}(1)) = a - 1 - ln a, a = eps / (e^eps - 1) (DDR Sec. 3.4, Sec. 7).
 
-    Computed as d - log1p(d) with d = a - 1, which keeps its digits for small epsilon.
+    Computed as d - log1p(d) with d = a - 1 for eps <= 1 (keeps its digits for small
+    epsilon) and from ln a = ln eps - eps - ln(1 - e^-eps) above (no overflow).
     """
     eps = np.asarray(epsilon, dtype=float)
-    d = eps / np.expm1(eps) - 1.0
-    return d - np.log1p(d)
+    small = np.minimum(eps, 1.0)
+    d = small / np.expm1(small) - 1.0
+    log_a = np.log(eps) - eps - np.log(-np.expm1(-eps))
+    return np.where(eps <= 1.0, d - np.log1p(d), np.exp(log_a) - 1.0 - log_a)
 
 
 def optkl_delta(epsilons, eps_g: float, counts=None) -> float:

@@ -243,6 +243,18 @@ def test_maxkl_values_and_printed_forms():
         assert float(maxkl(eps)) < eps**2 / 8
 
 
+def test_extreme_epsilons_stay_finite_and_valid():
+    assert float(maxkl(1.0)) == pytest.approx(float(maxkl(np.nextafter(1.0, 2.0))), rel=1e-12)  # both branches agree
+    assert float(maxkl(800.0)) == pytest.approx(799.0 - math.log(800.0), rel=1e-12)
+    # one 800-BR mechanism: exact delta(eg) = (1 - e^{(eg - eps)/2})^2 / (1 - e^-eps), so eg(1e-6) = 800 + 2 ln(1 - 1e-3)
+    exact = 800.0 + 2.0 * math.log1p(-1e-3)
+    for value in (mgf_epsilon([800.0], 1e-6), optkl_epsilon([800.0], 1e-6), br_optimal_epsilon(1, 800.0, 1e-6)):
+        assert math.isfinite(value) and value >= exact - 1e-9
+    assert br_optimal_epsilon(1, 800.0, 1e-6) == pytest.approx(exact, abs=1e-9)
+    assert br_optimal_epsilon(50, 1e-9, 1e-6) == 0.0  # delta(0) = TV distance is about 1e-9 already
+    assert 0.0 < mgf_epsilon([1e-9], 1e-6, counts=[10**6]) <= optkl_epsilon([1e-9], 1e-6, counts=[10**6])
+
+
 @pytest.mark.parametrize("eps", [0.01, 0.3, 1.0, 3.0])
 @pytest.mark.parametrize("lam", [1e-3, 0.1, 1.0, 5.0, 40.0, 1e3])
 def test_mgf_log_moment_closed_form_is_the_supremum(eps, lam):
