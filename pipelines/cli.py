@@ -9,9 +9,9 @@ import argparse
 import sys
 from importlib import metadata
 
-from pipelines import cli_account
+from pipelines import cli_account, cli_budget
 
-SUBCOMMAND_MODULES = (cli_account,)
+SUBCOMMAND_MODULES = (cli_account, cli_budget)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -104,8 +104,12 @@ class PrivacyFilter(abc.ABC):
         """Restore what `_state` wrote."""
 
     def public_dict(self) -> dict[str, Any]:
-        """Parameters, state and halted flag; subclasses whose state is sealed override this."""
-        return {"filter": self.kind, **self._parameters(), **self._state(), "halted": self._halted}
+        """Parameters, state (exact sums shown as floats) and halted flag; filters with sealed state override this."""
+        state = {
+            name: float(fraction_from_json(value)) if isinstance(value, str) else value
+            for name, value in self._state().items()
+        }
+        return {"filter": self.kind, **self._parameters(), **state, "halted": self._halted}
 
     def to_dict(self) -> dict[str, Any]:
         return {"filter": self.kind, "parameters": self._parameters(), "state": self._state(), "halted": self._halted}

@@ -1,0 +1,466 @@
+"""The privacy-budget ledger: budget scopes, their releases and sealed monitor state, in SQL.
+
+Storage is SQLAlchemy Core over SQLite (default, one file in the working
+directory) or PostgreSQL (`postgresql://` URLs, psycopg 3 driver). SQLAlchemy
+is the one layer that speaks both dialects, so the check-and-debit logic is
+written once; only the locking differs:
+- SQLite: every transaction starts with BEGIN IMMEDIATE (the database write
+  lock is taken before the scope is read), WAL journal, synchronous=FULL;
+- PostgreSQL: the scope row is read with SELECT ... FOR UPDATE.
+A debit reads the scope's filter state, asks the filter, writes the new
+state and the release, and commits, all in one transaction: concurrent debits
+serialise, and a crash at any point leaves the whole release or none of it.
+
+Admission rule. Releases on a scope are chosen one after another, and a later
+job may depend on earlier outputs, so the rule is a privacy filter valid for
+adaptively chosen parameters (`accounting.filters`), never "compose exact
+curves and stop at the budget" (Regehr et al. 2026). Each scope has a total
+(epsilon, delta) and a filter:
+- default when delta = 0: `pure` -- the epsilons of admitted releases add up
+  to at most epsilon; a release must be pure DP;
+- default when delta > 0: `approx` -- each release costs the epsilon the
+  tight `Accountant` computes for its own events at the per-release delta
+  share (release_delta, one tenth of the scope's delta unless set), or its
+  plain epsilon when it is pure; epsilons and deltas of admitted releases add
+  up to at most the scope's epsilon and delta;
+- `zcdp`, `gdp`, `gdp-residue`: the releases' rho or GDP mu must fit the
+  largest rho or mu that still implies the scope's (epsilon, delta); best
+  for many Gaussian releases (gdp-residue is never worse than gdp);
+- `whitehouse`: approximate zCDP pricing for every kind of event; halts the
+  scope for good at its first refusal, as the theorem requires.
+Within one release the parameters are fixed before it runs, so the release's
+own events are priced by each filter as its docstring states.
+
+Sealed state: SVT monitors keep an FSRC filter here. Its realised spend
+depends on the data and is never shown; `show` reports only whether a
+monitor has halted.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Callable, Iterator, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy import event as sa_event
+from sqlalchemy.engine import make_url
+
+from accounting.events import ApproxDP, Event, InvalidEventError, PureDP
+from accounting.filters import (
+    FSRCFilter,
+    PrivacyFilter,
+    SCOPE_FILTERS,
+    default_scope_filter,
+    scope_filter,
+)
+
+DEFAULT_URL = "sqlite:///dpstream-ledger.db"
+LEDGER_ENV = "DPSTREAM_LEDGER"
+# Test seam: when set to a path, a debit creates that file inside its open
+# transaction and then sleeps, so a test can kill the process mid-debit.
+DEBIT_HOOK_ENV = "DPSTREAM_TEST_DEBIT_HOOK"
+_LOCK_TIMEOUT_SECONDS = 120
+
+T = TypeVar("T")
+
+
+class LedgerError(ValueError):
+    """A ledger operation failed on user input or on the database; the message is one line."""
+
+
+def resolve_url(explicit: str | None = None) -> str:
+    """The ledger URL: `explicit` (--ledger or the job file), else $DPSTREAM_LEDGER, else the default SQLite file."""
+    return explicit or os.environ.get(LEDGER_ENV) or DEFAULT_URL
+
+
+def parse_filter_spec(spec: str | None, delta: float) -> tuple[str, dict[str, float]]:
+    """`KIND[:NAME=VALUE,...]`, e.g. `approx:release_delta=1e-8`, -> (kind, options); None -> the default for delta."""
+    if spec is None:
+        return default_scope_filter(delta), {}
+    kind, _, params = spec.strip().partition(":")
+    options: dict[str, float] = {}
+    for part in filter(None, (p.strip() for p in params.split(","))):
+        name, eq, raw = part.partition("=")
+        try:
+            value = float(raw)
+        except ValueError as err:
+            raise LedgerError(f"filter {spec!r}: expected NAME=VALUE with a number, got {part!r}") from err
+        if not eq or not math.isfinite(value):
+            raise LedgerError(f"filter {spec!r}: expected NAME=VALUE with a finite number, got {part!r}")
+        options[name.strip()] = value
+    if kind not in SCOPE_FILTERS:
+        raise LedgerError(f"filter {spec!r}: unknown kind {kind!r}; allowed: {', '.join(SCOPE_FILTERS)}")
+    return kind, options
+
+
+def _check_name(what: str, value: str, limit: int) -> str:
+    if not isinstance(value, str) or not value.strip() or len(value) > limit or not value.isprintable():
+        raise LedgerError(f"{what} must be 1 to {limit} printable characters, got {value!r}")
+    return value
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+
+
+@dataclass(frozen=True)
+class SpendResult:
+    """Whether a release was admitted, and the one line that says so."""
+
+    admitted: bool
+    scope: str
+    label: str
+    release_id: int | None
+    message: str
+
+
+@dataclass(frozen=True)
+class Release:
+    """One admitted release: its label, UTC time, events and the scope's public filter state after it."""
+
+    release_id: int
+    scope: str
+    label: str
+    time: str
+    event: Event
+    budget_after: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.release_id,
+            "scope": self.scope,
+            "label": self.label,
+            "time": self.time,
+            "events": self.event.to_dict(),
+            "budget_after": self.budget_after,
+        }
+
+
+class Ledger:
+    """A connection to one ledger database.
+
+    `Ledger(url, create=True)` creates the tables (and an SQLite file with
+    owner-only permissions) when missing; without `create` a missing file or
+    missing tables is an error, so reads and debits never create anything.
+    """
+
+    def __init__(self, url: str | None = None, create: bool = False) -> None:
+        raw = resolve_url(url)
+        try:
+            parsed = make_url(raw)
+        except sa.exc.ArgumentError as err:
+            raise LedgerError(f"ledger URL {raw!r} is not a database URL (sqlite:///FILE or postgresql://...)") from err
+        backend = parsed.get_backend_name()
+        if backend == "postgres":
+            parsed = parsed.set(drivername="postgresql")
+            backend = "postgresql"
+        if backend == "postgresql":
+            parsed = parsed.set(drivername="postgresql+psycopg")
+        elif backend != "sqlite":
+            raise LedgerError(f"ledger URL {raw!r}: backend {backend!r} is not supported; use sqlite or postgresql")
+        self.url = parsed
+        self.display_url = parsed.render_as_string(hide_password=True)
+        self.backend = backend
+        if backend == "sqlite":
+            self._prepare_sqlite_file(create)
+            self.engine = sa.create_engine(
+                parsed, connect_args={"timeout": _LOCK_TIMEOUT_SECONDS}, poolclass=sa.pool.NullPool
+            )
+            sa_event.listen(self.engine, "connect", _sqlite_on_connect)
+            sa_event.listen(self.engine, "begin", _sqlite_on_begin)
+        else:
+            self.engine = sa.create_engine(parsed, poolclass=sa.pool.NullPool)
+        self._tables()
+        with self._errors():
+            if create:
+                self._metadata.create_all(self.engine)
+            elif not sa.inspect(self.engine).has_table("dpstream_scopes"):
+                raise LedgerError(
+                    f"ledger {self.display_url} has no budget scopes yet; create one with `dpstream budget init`"
+                )
+
+    # -- setup ------------------------------------------------------------------------------------
+
+    def _prepare_sqlite_file(self, create: bool) -> None:
+        path = self.url.database
+        if not path or path == ":memory:":
+            raise LedgerError(f"ledger URL {self.display_url!r} needs a file path, e.g. sqlite:///dpstream-ledger.db")
+        if os.path.exists(path):
+            return
+        if not create:
+            raise LedgerError(
+                f"ledger file {path} does not exist; create a scope first with `dpstream budget init`"
+            )
+        try:
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        except FileExistsError:
+            pass  # created by a concurrent init
+        except OSError as err:
+            raise LedgerError(f"cannot create ledger file {path}: {err.strerror}") from err
+
+    def _tables(self) -> None:
+        self._metadata = metadata = sa.MetaData()
+        self.scopes = sa.Table(
+            "dpstream_scopes",
+            metadata,
+            sa.Column("name", sa.String(200), primary_key=True),
+            sa.Column("epsilon", sa.Float(precision=53), nullable=False),
+            sa.Column("delta", sa.Float(precision=53), nullable=False),
+            sa.Column("filter_kind", sa.String(32), nullable=False),
+            sa.Column("filter_state", sa.Text, nullable=False),
+            sa.Column("created_at", sa.String(40), nullable=False),
+        )
+        self.releases = sa.Table(
+            "dpstream_releases",
+            metadata,
+            sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+            sa.Column("scope", sa.String(200), sa.ForeignKey("dpstream_scopes.name"), nullable=False, index=True),
+            sa.Column("label", sa.Text, nullable=False),
+            sa.Column("created_at", sa.String(40), nullable=False),
+            sa.Column("events", sa.Text, nullable=False),
+            sa.Column("budget_after", sa.Text, nullable=False),
+        )
+        self.monitors = sa.Table(
+            "dpstream_monitors",
+            metadata,
+            sa.Column("scope", sa.String(200), sa.ForeignKey("dpstream_scopes.name"), primary_key=True),
+            sa.Column("name", sa.String(200), primary_key=True),
+            sa.Column("epsilon", sa.Float(precision=53), nullable=False),
+            sa.Column("delta", sa.Float(precision=53), nullable=False),
+            sa.Column("sealed_state", sa.Text, nullable=False),
+            sa.Column("halted", sa.Boolean, nullable=False),
+            sa.Column("created_at", sa.String(40), nullable=False),
+        )
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __enter__(self) -> "Ledger":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    @contextmanager
+    def _errors(self) -> Iterator[None]:
+        try:
+            yield
+        except sa.exc.DBAPIError as err:
+            detail = str(getattr(err, "orig", err)).strip().splitlines()[0]
+            raise LedgerError(f"ledger {self.display_url}: database error: {detail}") from err
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sa.Connection]:
+        """One atomic transaction holding the write lock (SQLite) or taking row locks (PostgreSQL)."""
+        with self._errors(), self.engine.begin() as conn:
+            yield conn
+
+    def _lock_scope(self, conn: sa.Connection, scope: str) -> sa.Row:
+        row = conn.execute(
+            sa.select(self.scopes).where(self.scopes.c.name == scope).with_for_update()
+        ).one_or_none()
+        if row is None:
+            raise LedgerError(f"unknown scope {scope!r} in ledger {self.display_url}")
+        return row
+
+    # -- scopes -----------------------------------------------------------------------------------
+
+    def init_scope(self, scope: str, epsilon: float, delta: float, filter_spec: str | None = None) -> dict[str, Any]:
+        """Create a budget scope with total (epsilon, delta) and its filter (see the module docstring)."""
+        _check_name("scope", scope, 200)
+        if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
+            raise LedgerError(f"epsilon must be a positive finite number, got {epsilon!r}")
+        if not (isinstance(delta, (int, float)) and math.isfinite(delta) and 0 <= delta < 1):
+            raise LedgerError(f"delta must lie in [0, 1), got {delta!r}")
+        kind, options = parse_filter_spec(filter_spec, delta)
+        try:
+            budget_filter = scope_filter(kind, float(epsilon), float(delta), **options)
+        except ValueError as err:
+            raise LedgerError(f"filter {kind!r}: {err}") from err
+        with self._transaction() as conn:
+            exists = conn.execute(sa.select(self.scopes.c.name).where(self.scopes.c.name == scope)).first()
+            if exists is not None:
+                raise LedgerError(f"scope {scope!r} already exists in ledger {self.display_url}")
+            conn.execute(
+                self.scopes.insert().values(
+                    name=scope,
+                    epsilon=float(epsilon),
+                    delta=float(delta),
+                    filter_kind=kind,
+                    filter_state=json.dumps(budget_filter.to_dict()),
+                    created_at=_now(),
+                )
+            )
+        return self.show(scope)
+
+    def spend(self, scope: str, event: Event, label: str) -> SpendResult:
+        """Atomically ask the scope's filter about `event` and record the release when admitted."""
+        _check_name("label", label, 1000)
+        if not isinstance(event, Event):
+            raise LedgerError(f"spend needs a privacy event, got {event!r}")
+        with self._transaction() as conn:
+            row = self._lock_scope(conn, scope)
+            budget_filter = PrivacyFilter.from_dict(json.loads(row.filter_state))
+            was_halted = budget_filter.halted
+            try:
+                admitted = budget_filter.try_spend(event)
+            except (InvalidEventError, ValueError) as err:
+                raise LedgerError(f"scope {scope!r} ({row.filter_kind} filter): {err}") from err
+            release_id = None
+            if admitted or budget_filter.halted != was_halted:
+                self._save_filter(conn, scope, budget_filter)
+            if admitted:
+                release_id = self._insert_release(conn, scope, label, event, budget_filter)
+            _debit_hook()
+        if admitted:
+            message = f"admitted: release {label!r} (id {release_id}) on scope {scope!r}"
+        elif was_halted:
+            message = f"refused: scope {scope!r} has halted ({row.filter_kind} filter); release {label!r} not recorded"
+        else:
+            message = (
+                f"refused: release {label!r} would exceed the budget of scope {scope!r} "
+                f"({row.filter_kind} filter, epsilon={row.epsilon:g}, delta={row.delta:g})"
+                + ("; the scope has now halted" if budget_filter.halted else "")
+            )
+        return SpendResult(admitted, scope, label, release_id, message)
+
+    def _save_filter(self, conn: sa.Connection, scope: str, budget_filter: PrivacyFilter) -> None:
+        conn.execute(
+            self.scopes.update()
+            .where(self.scopes.c.name == scope)
+            .values(filter_state=json.dumps(budget_filter.to_dict()))
+        )
+
+    def _insert_release(
+        self, conn: sa.Connection, scope: str, label: str, event: Event, budget_filter: PrivacyFilter
+    ) -> int:
+        result = conn.execute(
+            self.releases.insert().values(
+                scope=scope,
+                label=label,
+                created_at=_now(),
+                events=json.dumps(event.to_dict()),
+                budget_after=json.dumps(budget_filter.public_dict()),
+            )
+        )
+        return int(result.inserted_primary_key[0])
+
+    def show(self, scope: str) -> dict[str, Any]:
+        """The scope's public view: budget, filter rule and state, release count, monitors (halted or not)."""
+        with self._transaction() as conn:
+            row = self._lock_scope(conn, scope)
+            count = conn.execute(
+                sa.select(sa.func.count()).select_from(self.releases).where(self.releases.c.scope == scope)
+            ).scalar_one()
+            monitors = conn.execute(
+                sa.select(self.monitors.c.name, self.monitors.c.epsilon, self.monitors.c.delta, self.monitors.c.halted)
+                .where(self.monitors.c.scope == scope)
+                .order_by(self.monitors.c.name)
+            ).all()
+        budget_filter = PrivacyFilter.from_dict(json.loads(row.filter_state))
+        return {
+            "scope": row.name,
+            "epsilon": row.epsilon,
+            "delta": row.delta,
+            "filter": row.filter_kind,
+            "rule": budget_filter.describe(),
+            "state": budget_filter.public_dict(),
+            "halted": budget_filter.halted,
+            "releases": int(count),
+            "monitors": [
+                {"name": m.name, "epsilon": m.epsilon, "delta": m.delta, "halted": bool(m.halted)} for m in monitors
+            ],
+            "created_at": row.created_at,
+        }
+
+    def history(self, scope: str) -> list[Release]:
+        """Every admitted release of the scope, oldest first."""
+        with self._transaction() as conn:
+            self._lock_scope(conn, scope)
+            rows = conn.execute(
+                sa.select(self.releases).where(self.releases.c.scope == scope).order_by(self.releases.c.id)
+            ).all()
+        return [
+            Release(r.id, r.scope, r.label, r.created_at, Event.from_dict(json.loads(r.events)), json.loads(r.budget_after))
+            for r in rows
+        ]
+
+    # -- monitors (sealed FSRC state) -------------------------------------------------------------
+
+    def open_monitor(self, scope: str, name: str, epsilon: float, delta: float, label: str) -> SpendResult:
+        """Debit the scope for a monitor whose whole run is (epsilon, delta)-DP and store its FSRC filter, sealed."""
+        _check_name("monitor", name, 200)
+        monitor_filter = FSRCFilter(epsilon, delta)
+        event = ApproxDP(epsilon, delta) if delta > 0 else PureDP(epsilon)
+        with self._transaction() as conn:
+            self._lock_scope(conn, scope)
+            exists = conn.execute(
+                sa.select(self.monitors.c.name).where(
+                    (self.monitors.c.scope == scope) & (self.monitors.c.name == name)
+                )
+            ).first()
+            if exists is not None:
+                raise LedgerError(f"monitor {name!r} already exists on scope {scope!r}")
+        result = self.spend(scope, event, label)
+        if not result.admitted:
+            return result
+        with self._transaction() as conn:
+            self._lock_scope(conn, scope)
+            conn.execute(
+                self.monitors.insert().values(
+                    scope=scope,
+                    name=name,
+                    epsilon=float(epsilon),
+                    delta=float(delta),
+                    sealed_state=json.dumps(monitor_filter.to_dict()),
+                    halted=False,
+                    created_at=_now(),
+                )
+            )
+        return result
+
+    def update_monitor(self, scope: str, name: str, update: Callable[[FSRCFilter], T]) -> T:
+        """Run `update` on the monitor's FSRC filter inside one transaction and store the result, sealed."""
+        with self._transaction() as conn:
+            self._lock_scope(conn, scope)
+            row = conn.execute(
+                sa.select(self.monitors).where((self.monitors.c.scope == scope) & (self.monitors.c.name == name))
+            ).one_or_none()
+            if row is None:
+                raise LedgerError(f"unknown monitor {name!r} on scope {scope!r}")
+            monitor_filter = PrivacyFilter.from_dict(json.loads(row.sealed_state))
+            value = update(monitor_filter)
+            conn.execute(
+                self.monitors.update()
+                .where((self.monitors.c.scope == scope) & (self.monitors.c.name == name))
+                .values(sealed_state=json.dumps(monitor_filter.to_dict()), halted=monitor_filter.halted)
+            )
+        return value
+
+
+def _sqlite_on_connect(dbapi_connection, _record) -> None:
+    dbapi_connection.isolation_level = None  # the driver issues no BEGIN of its own; the "begin" hook does
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=FULL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+    finally:
+        cursor.close()
+
+
+def _sqlite_on_begin(conn) -> None:
+    conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def _debit_hook() -> None:
+    marker = os.environ.get(DEBIT_HOOK_ENV)
+    if marker:
+        with open(marker, "w", encoding="utf-8") as handle:
+            handle.write(str(os.getpid()))
+        time.sleep(60)

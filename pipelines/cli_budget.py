@@ -1,0 +1,140 @@
+"""`dpstream budget`: create budget scopes, debit them and show what they spent.
+
+Exit codes: 0 done (spend: admitted), 3 spend refused by the scope's filter,
+2 bad input or ledger error (one line on stderr, nothing written).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from accounting.event_spec import KINDS, parse_event
+from accounting.events import InvalidEventError, SelfComposed
+from accounting.filters import SCOPE_FILTERS
+from accounting.ledger import DEFAULT_URL, LEDGER_ENV, Ledger, LedgerError
+
+EXIT_REFUSED = 3
+EXIT_ERROR = 2
+
+FILTER_HELP = (
+    "admission rule of the scope (default: pure when --delta is 0, else approx). "
+    "pure: epsilons of releases add up to at most EPSILON. "
+    "approx: each release costs the epsilon the accountant computes for it at a per-release delta share "
+    "(option release_delta, default DELTA/10; pure releases use no delta); epsilons and deltas add up. "
+    "zcdp, gdp, gdp-residue: releases' rho or GDP mu must fit the largest value that implies (EPSILON, DELTA); "
+    "best for many Gaussian releases. whitehouse: every event priced in zCDP (option conversion_delta, "
+    "default DELTA/2); halts for good at the first refusal. Options as KIND:NAME=VALUE, "
+    "e.g. approx:release_delta=1e-8. Choices: " + ", ".join(SCOPE_FILTERS)
+)
+
+
+def register(subparsers) -> None:
+    budget = subparsers.add_parser(
+        "budget",
+        help="manage privacy-budget scopes in the ledger",
+        description=(
+            "Manage privacy-budget scopes. Every release debits its scope; the scope's filter, a rule valid for "
+            f"adaptively chosen releases, admits or refuses it. Ledger: --ledger, else ${LEDGER_ENV}, "
+            f"else {DEFAULT_URL} (created owner-only). PostgreSQL: postgresql://USER@HOST/DB."
+        ),
+    )
+    budget.set_defaults(handler=lambda args: _usage(budget))
+    actions = budget.add_subparsers(dest="budget_command", metavar="ACTION")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--ledger", metavar="URL", help=f"ledger database URL (default: ${LEDGER_ENV} or {DEFAULT_URL})")
+    common.add_argument("--scope", required=True, help="budget scope name")
+
+    init = actions.add_parser("init", parents=[common], help="create a scope with a total (epsilon, delta)")
+    init.add_argument("--epsilon", type=float, required=True, help="total epsilon of the scope (> 0)")
+    init.add_argument("--delta", type=float, required=True, help="total delta of the scope, in [0, 1)")
+    init.add_argument("--filter", metavar="F", help=FILTER_HELP)
+    init.set_defaults(handler=_init)
+
+    show = actions.add_parser("show", parents=[common], help="show a scope's budget and what it has spent")
+    show.add_argument("--json", action="store_true", help="print JSON")
+    show.set_defaults(handler=_show)
+
+    spend = actions.add_parser(
+        "spend",
+        parents=[common],
+        help="debit a release; exit 0 when admitted, 3 when refused",
+        description="Debit one release. EVENT is KIND:NAME=VALUE,...; kinds: " + ", ".join(sorted(KINDS)) + ".",
+    )
+    spend.add_argument("--event", required=True, metavar="KIND:PARAMS", help="the release's privacy event")
+    spend.add_argument("--count", type=int, default=1, help="the event runs N times in this release (default 1)")
+    spend.add_argument("--label", required=True, help="what the release is, e.g. the job and date")
+    spend.set_defaults(handler=_spend)
+
+    history = actions.add_parser("history", parents=[common], help="list a scope's admitted releases")
+    history.add_argument("--json", action="store_true", help="print JSON")
+    history.set_defaults(handler=_history)
+
+
+def _usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help()
+    return EXIT_ERROR
+
+
+def _fail(args: argparse.Namespace, err: Exception) -> int:
+    print(f"dpstream budget {args.budget_command}: {err}", file=sys.stderr)
+    return EXIT_ERROR
+
+
+def _init(args: argparse.Namespace) -> int:
+    try:
+        with Ledger(args.ledger, create=True) as ledger:
+            view = ledger.init_scope(args.scope, args.epsilon, args.delta, args.filter)
+    except LedgerError as err:
+        return _fail(args, err)
+    print(f"created scope {view['scope']!r}: epsilon={view['epsilon']:g}, delta={view['delta']:g}; {view['rule']}")
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    try:
+        with Ledger(args.ledger) as ledger:
+            view = ledger.show(args.scope)
+    except LedgerError as err:
+        return _fail(args, err)
+    if args.json:
+        print(json.dumps(view, indent=2))
+        return 0
+    print(f"scope {view['scope']}: epsilon={view['epsilon']:g}, delta={view['delta']:g}, filter={view['filter']}")
+    print(f"  rule: {view['rule']}")
+    state = ", ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in view["state"].items())
+    print(f"  state: {state}")
+    print(f"  releases: {view['releases']}{'  (halted)' if view['halted'] else ''}")
+    for monitor in view["monitors"]:
+        status = "halted" if monitor["halted"] else "running"
+        print(f"  monitor {monitor['name']}: epsilon={monitor['epsilon']:g}, delta={monitor['delta']:g}, {status}")
+    return 0
+
+
+def _spend(args: argparse.Namespace) -> int:
+    try:
+        if args.count < 1:
+            raise LedgerError(f"--count must be a positive integer, got {args.count}")
+        event = parse_event(args.event)
+        if args.count > 1:
+            event = SelfComposed(event, args.count)
+        with Ledger(args.ledger) as ledger:
+            result = ledger.spend(args.scope, event, args.label)
+    except (LedgerError, InvalidEventError) as err:
+        return _fail(args, err)
+    print(result.message)
+    return 0 if result.admitted else EXIT_REFUSED
+
+
+def _history(args: argparse.Namespace) -> int:
+    try:
+        with Ledger(args.ledger) as ledger:
+            releases = ledger.history(args.scope)
+    except LedgerError as err:
+        return _fail(args, err)
+    if args.json:
+        print(json.dumps([release.to_dict() for release in releases], indent=2))
+        return 0
+    for release in releases:
+        print(f"{release.release_id:>6}  {release.time}  {release.label}  {json.dumps(release.event.to_dict())}")
+    return 0
