@@ -1,0 +1,246 @@
+"""Try to prove each mechanism not private; the estimated epsilon must stay at or below its claim.
+
+Every audit runs the real mechanism from pipelines.mechanisms on a worst-case
+pair of neighbouring inputs and asks the harness (harness.py) for a lower
+bound on epsilon that holds with confidence 1 - ALPHA; the claim is what the
+release's own event says (through the accountant for approximate-DP events).
+False-alarm rate: a correct mechanism fails one audit with probability at
+most ALPHA = 1e-3 (seeds are fixed, so runs are reproducible).
+
+Negative controls: deliberately broken variants (AboveThreshold without
+threshold noise, the exponential mechanism with half the sensitivity, the
+Gaussian mechanism with too small a sigma) claim the event of the correct
+mechanism; the same harness must find an epsilon above that claim.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from accounting.accountant import Accountant
+from accounting.bounds.basic import basic_totals
+from accounting.composition import Composition
+from pipelines import mechanisms
+from pipelines.noise import SecureRandom
+from tests.falsification.harness import audit, audit_outcome
+
+ALPHA = 1e-3
+NONE = -math.inf
+
+
+def pure_claim(event) -> float:
+    """The pure epsilon an event claims (basic composition over its parts)."""
+    epsilon, delta = basic_totals(Composition().plus(event))
+    assert delta == 0.0
+    return epsilon
+
+
+def approx_claim(event, delta: float) -> float:
+    return Accountant().compose(event).epsilon(delta)
+
+
+def loop_sampler(run):
+    def sample(data, n):
+        out = np.empty(n)
+        for i in range(n):
+            value = run(data)
+            out[i] = NONE if value is None else float(value)
+        return out
+
+    return sample
+
+
+def check(result, claim: float) -> None:
+    assert result.epsilon_lower <= claim, f"{result}; claimed {claim:.4f}"
+
+
+# ---- noisy values (vectorised: n independent one-coordinate releases per call) ----
+
+def test_laplace():
+    rng = SecureRandom(101)
+
+    def sample(value, n):
+        return mechanisms.laplace(np.full(n, value), 1.0, rng, sensitivity=1.0, max_partitions=1).value
+
+    claim = pure_claim(mechanisms.laplace(np.zeros(1, dtype=np.int64), 1.0, rng, sensitivity=1.0).event)
+    result = audit(sample, 0, 1, n_search=20_000, n_estimate=200_000, alpha=ALPHA)
+    check(result, claim)
+    assert result.epsilon_lower > 0.5 * claim  # the harness has power: it gets within a factor 2
+
+
+def gaussian_sampler(sigma: float, seed: int):
+    rng = SecureRandom(seed)
+
+    def sample(value, n):
+        return mechanisms.gaussian(np.full(n, value), sigma, rng, sensitivity=1.0, max_partitions=1).value
+
+    return sample
+
+
+def test_gaussian():
+    claim_event = mechanisms.gaussian(np.zeros(1, dtype=np.int64), 1.0, SecureRandom(0), sensitivity=1.0).event
+    delta = 1e-3
+    result = audit(gaussian_sampler(1.0, 102), 0, 1, n_search=20_000, n_estimate=200_000, delta=delta, alpha=ALPHA)
+    check(result, approx_claim(claim_event, delta))
+    assert result.epsilon_lower > 1.0
+
+
+def test_count_mle():
+    rng = SecureRandom(103)
+
+    def sample(value, n):
+        # one count per release: CountMLE is the non-negative part of the Gaussian count
+        return np.array([mechanisms.count_mle([value], 1.0, rng, sensitivity=1.0).value[0] for _ in range(n)])
+
+    claim = approx_claim(mechanisms.count_mle([0], 1.0, rng, sensitivity=1.0).event, 1e-2)
+    check(audit(sample, 0, 1, n_search=2_000, n_estimate=8_000, delta=1e-2, alpha=ALPHA), claim)
+
+
+def test_truncated_gaussian():
+    sigma, tau, delta_trunc = 2.0, 1, 1e-4
+    rng = SecureRandom(104)
+    probe = mechanisms.truncated_gaussian(np.zeros(1, dtype=np.int64), sigma, tau, rng, delta=delta_trunc)
+    count = int(round(probe.parameters["cutoff"]))  # worst case: releases hinge on the extra tau
+
+    def sample(value, n):
+        indices, values = mechanisms.truncated_gaussian(np.full(n, value, dtype=np.int64), sigma, tau, rng,
+                                                        delta=delta_trunc).value
+        out = np.full(n, NONE)
+        out[indices] = values
+        return out
+
+    delta = 1e-3
+    claim = approx_claim(probe.event, delta)
+    result = audit(sample, count - tau, count, n_search=20_000, n_estimate=200_000, delta=delta, alpha=ALPHA)
+    check(result, claim)
+    # a partition only the neighbour has, with count <= tau, is never released
+    indices, _ = mechanisms.truncated_gaussian(np.full(100_000, tau, dtype=np.int64), sigma, tau, rng,
+                                               delta=delta_trunc).value
+    assert indices.size == 0
+
+
+# ---- selections (one mechanism call per output) ----
+
+D_EM = 20
+
+
+def em_sampler(k: int, epsilon: float, sensitivity: float, method: str, seed: int, d: int = D_EM):
+    rng = SecureRandom(seed)
+
+    def run(scores):
+        chosen = mechanisms.exponential_top_k(scores, k, epsilon, sensitivity, rng, method=method).value
+        return sum(int(i) * d**pos for pos, i in enumerate(chosen))  # ordered tuple -> integer
+
+    return loop_sampler(run)
+
+
+def em_neighbours(d: int = D_EM):
+    x = np.zeros(d)
+    x_prime = x.copy()
+    x_prime[0] = 1.0  # one score rises by the sensitivity (monotone scores: range = sensitivity)
+    return x, x_prime
+
+
+def test_exponential_top_1_gumbel():
+    x, x_prime = em_neighbours()
+    claim = pure_claim(mechanisms.exponential_top_k(x, 1, 1.0, 1.0, SecureRandom(0)).event)
+    result = audit(em_sampler(1, 1.0, 1.0, "gumbel", 105), x, x_prime, n_search=4_000, n_estimate=20_000, alpha=ALPHA)
+    check(result, claim)
+    assert result.epsilon_lower > 0.6  # the true worst-case ratio here is log(20e / (e + 19)) = 0.92
+
+
+def test_exponential_top_2_peel():
+    d = 5
+    x, x_prime = em_neighbours(d)
+    claim = pure_claim(mechanisms.exponential_top_k(x, 2, 0.7, 1.0, SecureRandom(0)).event)
+    result = audit(em_sampler(2, 0.7, 1.0, "peel", 106, d), x, x_prime, n_search=4_000, n_estimate=15_000, alpha=ALPHA)
+    check(result, claim)
+
+
+RNM = dict(sigma=0.3, sensitivity=0.2, lower=0.0, upper=1.0)
+
+
+def test_gaussian_report_noisy_max():
+    # Lebensold–Precup–Balle Lemma 16 worst case: D = (b - Delta, b - Delta, a + Delta), D' = (b, b, a)
+    rng = SecureRandom(107)
+    x = np.array([0.8, 0.8, 0.2])
+    x_prime = np.array([1.0, 1.0, 0.0])
+    claim = pure_claim(mechanisms.report_noisy_max(x, rng=rng, **RNM).event)
+    sample = loop_sampler(lambda values: mechanisms.report_noisy_max(values, rng=rng, **RNM).value)
+    check(audit(sample, x, x_prime, n_search=4_000, n_estimate=20_000, alpha=ALPHA), claim)
+
+
+AT = dict(sigma_threshold=0.2, sigma_query=0.35, threshold=1.2)
+AT_BOUNDS = dict(sensitivity=0.1, lower=0.0, upper=1.0)
+AT_QUERIES = 10
+
+
+def at_neighbours():
+    # Lebensold–Precup–Balle Lemma 18 worst case for the all-BOT outcome: D' at b, D at b - Delta
+    return np.full(AT_QUERIES, 0.9), np.full(AT_QUERIES, 1.0)
+
+
+def stopped_claim(rng: SecureRandom) -> float:
+    """The ex-post epsilon the real mechanism attaches to its all-BOT outcome, from a run that produced it."""
+    x, _ = at_neighbours()
+    while (release := mechanisms.above_threshold(x, rng=rng, **AT, **AT_BOUNDS)).value is not None:
+        pass
+    return release.ex_post_epsilon
+
+
+def test_gaussian_above_threshold():
+    rng = SecureRandom(108)
+    x, x_prime = at_neighbours()
+    release = mechanisms.above_threshold(x, rng=rng, **AT, **AT_BOUNDS)
+    sample = loop_sampler(lambda values: mechanisms.above_threshold(values, rng=rng, **AT, **AT_BOUNDS).value)
+    check(audit(sample, x, x_prime, n_search=3_000, n_estimate=12_000, alpha=ALPHA), pure_claim(release.event))
+    # the per-outcome (ex-post) claim of the all-BOT outcome, which a filter relies on
+    check(audit_outcome(sample, x, x_prime, NONE, n=20_000, alpha=ALPHA), stopped_claim(rng))
+
+
+def test_laplace_report_noisy_max():
+    # not monotone: one value rises and the other falls by the sensitivity
+    rng = SecureRandom(109)
+    claim = pure_claim(mechanisms.laplace_report_noisy_max([0.0, 0.0], 2.0, rng).event)
+    sample = loop_sampler(lambda values: mechanisms.laplace_report_noisy_max(values, 2.0, rng).value)
+    check(audit(sample, np.array([1.0, 0.0]), np.array([0.0, 1.0]), n_search=4_000, n_estimate=20_000, alpha=ALPHA), claim)
+
+
+def test_laplace_above_threshold():
+    rng = SecureRandom(110)
+    claim = pure_claim(mechanisms.laplace_above_threshold([0.0], 2.0, 4.0, 2.0, rng).event)
+    sample = loop_sampler(lambda values: mechanisms.laplace_above_threshold(values, 2.0, 4.0, 2.0, rng).value)
+    check(audit(sample, np.zeros(5), np.ones(5), n_search=4_000, n_estimate=20_000, alpha=ALPHA), claim)
+
+
+# ---- negative controls: the harness must flag these ----
+
+def test_flags_above_threshold_without_threshold_noise():
+    rng = SecureRandom(111)
+    x, x_prime = at_neighbours()
+
+    def broken(values):
+        clipped = np.clip(values, AT_BOUNDS["lower"], AT_BOUNDS["upper"])
+        tops = np.flatnonzero(clipped + AT["sigma_query"] * rng.standard_normal(clipped.size) >= AT["threshold"])
+        return int(tops[0]) if tops.size else None
+
+    claim = stopped_claim(rng)
+    result = audit_outcome(loop_sampler(broken), x, x_prime, NONE, n=20_000, alpha=ALPHA)
+    assert result.epsilon_lower > claim, f"{result}; claimed {claim:.4f}"
+
+
+def test_flags_exponential_mechanism_with_half_sensitivity():
+    x, x_prime = em_neighbours()
+    claim = pure_claim(mechanisms.exponential_top_k(x, 1, 1.0, 1.0, SecureRandom(0)).event)
+    result = audit(em_sampler(1, 1.0, 0.5, "gumbel", 112), x, x_prime, n_search=4_000, n_estimate=20_000, alpha=ALPHA)
+    assert result.epsilon_lower > claim, f"{result}; claimed {claim:.4f}"
+
+
+def test_flags_gaussian_with_too_small_sigma():
+    claim_event = mechanisms.gaussian(np.zeros(1, dtype=np.int64), 1.0, SecureRandom(0), sensitivity=1.0).event
+    delta = 1e-3
+    result = audit(gaussian_sampler(0.5, 113), 0, 1, n_search=20_000, n_estimate=200_000, delta=delta, alpha=ALPHA)
+    claim = approx_claim(claim_event, delta)
+    assert result.epsilon_lower > claim, f"{result}; claimed {claim:.4f}"
