@@ -25,7 +25,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 from scipy.optimize import brentq, minimize_scalar
-from scipy.special import gammaln, logsumexp
+from scipy.special import gammaln
 
 from accounting.bounds import Bound
 from accounting.bounds import generalized_rr as rr
@@ -359,7 +359,7 @@ class OptimalNonadaptiveBR(Bound):
     Caller must ensure: the mechanisms, not only their parameters, were fixed
       before any output was seen (the accountant's `adaptive=False`). Adaptive
       choice can need a larger delta (DDR Thm 4).
-    Numerics: log space (gammaln, expm1, logsumexp); omitted terms replaced by an
+    Numerics: log space (gammaln, expm1, log-sum-exp); omitted terms replaced by an
       upper bound; ln delta raised by 64 ulps of its largest summand; the
       inverted epsilon is moved right until delta <= target holds exactly.
       Finite for k up to 10^4 and beyond.
