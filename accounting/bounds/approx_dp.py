@@ -18,7 +18,7 @@ With delta_i = 0 this is the heterogeneous optimal pure-DP composition
 (Murtagh–Vadhan 2016). Laplace(b, s) enters as (s/b, 0) and BoundedRange(eps)
 as (eps, 0) (epsilon-BR implies epsilon-DP). The lattice evaluation and its
 pessimistic rounding are proved in
-docs/proofs/accounting.bounds.approx_dp.ChourasiaRecursion.md.
+docs/proofs/approx_dp.ChourasiaRecursion.md.
 Checks: `applies` only to compositions of PureDP, ApproxDP, Laplace and
 BoundedRange events; parameters are checked when the events are built.
 Caller must ensure: every (eps_i, delta_i) was fixed before any mechanism ran.
@@ -137,7 +137,10 @@ def lattice_spacing(groups: list[tuple[float, int]], max_lattice: int | None = N
     if common is not None and width / common <= (max_lattice or MAX_LATTICE):
         return common
     length = max_lattice or lattice_length(int(counts.sum()))
-    return max(float(np.max(epsilons)) / GRID_DIVISIONS, width / length)
+    target = max(float(np.max(epsilons)) / GRID_DIVISIONS, width / length)
+    # Align the grid with the most frequent epsilon, so that group composes exactly, in one step.
+    most = float(epsilons[int(np.argmax(counts))])
+    return math.nextafter(most / math.ceil(most / target), math.inf)
 
 
 def _step_atoms(epsilon: float, count: int, spacing: float, tail: float):
@@ -182,18 +185,28 @@ def _lattice(groups: list[tuple[float, int]], max_lattice: int | None) -> tuple[
         dropped += kernel_dropped
         low, high = int(offsets.min()), int(offsets.max())
         for _ in range(times):
-            out = np.zeros(pmf.size + high - low)
-            for shift, mass in zip(offsets - low, masses):
-                segment = out[shift : shift + pmf.size]
-                segment += mass * pmf
+            pmf, offset = _convolve_sparse(pmf, offsets - low, masses), offset + low
             rel_error += (masses.size + 2) * ULP
-            pmf, offset = out, offset + low
             pmf, offset, cut = _trim(pmf, offset, tail, 2 * (high - low) + 64)
             dropped += cut
     loss = (offset + np.arange(pmf.size)) * spacing
     with np.errstate(divide="ignore"):
         log_mass = np.log(pmf) + math.log1p(rel_error + 4 * ULP)
     return loss, log_mass, dropped
+
+
+def _convolve_sparse(pmf: np.ndarray, shifts: np.ndarray, masses: np.ndarray) -> np.ndarray:
+    """pmf convolved with the kernel sum_i masses[i] * (unit at shifts[i]); shifts ascending from 0."""
+    size = pmf.size
+    out = np.empty(size + int(shifts[-1]))
+    np.multiply(pmf, masses[0], out=out[:size])
+    out[size:] = 0.0
+    scratch = np.empty(size)
+    for shift, mass in zip(shifts[1:], masses[1:]):
+        np.multiply(pmf, mass, out=scratch)
+        segment = out[shift : shift + size]
+        np.add(segment, scratch, out=segment)
+    return out
 
 
 def _is_aligned(epsilon: float, spacing: float) -> bool:
