@@ -20,9 +20,10 @@ curves and stop at the budget" (Regehr et al. 2026). Each scope has a total
   to at most epsilon; a release must be pure DP;
 - default when delta > 0: `approx` -- each release costs the epsilon the
   tight `Accountant` computes for its own events at the per-release delta
-  share (release_delta, one tenth of the scope's delta unless set), or its
-  plain epsilon when it is pure; epsilons and deltas of admitted releases add
-  up to at most the scope's epsilon and delta;
+  share (release_delta, one tenth of the scope's delta unless set); a release
+  of only pure and approx events costs its summed epsilon and delta instead;
+  epsilons and deltas of admitted releases add up to at most the scope's
+  epsilon and delta;
 - `zcdp`, `gdp`, `gdp-residue`: the releases' rho or GDP mu must fit the
   largest rho or mu that still implies the scope's (epsilon, delta); best
   for many Gaussian releases (gdp-residue is never worse than gdp);
@@ -174,7 +175,7 @@ class Ledger:
             sa_event.listen(self.engine, "connect", _sqlite_on_connect)
             sa_event.listen(self.engine, "begin", _sqlite_on_begin)
         else:
-            self.engine = sa.create_engine(parsed, poolclass=sa.pool.NullPool)
+            self.engine = sa.create_engine(parsed, pool_size=1, max_overflow=2)
         self._tables()
         with self._errors():
             if create:

@@ -21,7 +21,7 @@ FILTER_HELP = (
     "admission rule of the scope (default: pure when --delta is 0, else approx). "
     "pure: epsilons of releases add up to at most EPSILON. "
     "approx: each release costs the epsilon the accountant computes for it at a per-release delta share "
-    "(option release_delta, default DELTA/10; pure releases use no delta); epsilons and deltas add up. "
+    "(option release_delta, default DELTA/10; releases of pure and approx events cost their summed epsilon and delta instead); epsilons and deltas add up. "
     "zcdp, gdp, gdp-residue: releases' rho or GDP mu must fit the largest value that implies (EPSILON, DELTA); "
     "best for many Gaussian releases. whitehouse: every event priced in zCDP (option conversion_delta, "
     "default DELTA/2); halts for good at the first refusal. Options as KIND:NAME=VALUE, "

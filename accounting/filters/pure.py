@@ -13,7 +13,7 @@ from fractions import Fraction
 from typing import Any, Mapping
 
 from accounting.accountant import Accountant
-from accounting.events import BoundedRange, Composed, Event, Laplace, PureDP, SelfComposed
+from accounting.events import ApproxDP, BoundedRange, Composed, Event, Laplace, PureDP, SelfComposed
 from accounting.filters.base import (
     EventFilter,
     check_budget,
@@ -47,6 +47,21 @@ def pure_total(leaves: Mapping[Event, int]) -> Fraction | None:
             return None
         total += count * epsilon
     return total
+
+
+def basic_total(leaves: Mapping[Event, int]) -> tuple[Fraction, Fraction] | None:
+    """(sum of epsilons, sum of deltas) when every leaf is pure DP or ApproxDP, else None."""
+    epsilon, delta = Fraction(0), Fraction(0)
+    for leaf, count in leaves.items():
+        if isinstance(leaf, ApproxDP):
+            epsilon += count * exact_decimal(leaf.epsilon)
+            delta += count * exact_decimal(leaf.delta)
+            continue
+        leaf_epsilon = pure_epsilon_exact(leaf)
+        if leaf_epsilon is None:
+            return None
+        epsilon += count * leaf_epsilon
+    return epsilon, delta
 
 
 class PureDPFilter(EventFilter):
@@ -120,8 +135,10 @@ class ApproxDPFilter(EventFilter):
     R_{eps, del}; R_{eps,del} = R_{0,del} (+) R_eps and the composition facts
     of Regehr et al. Def 5-6 give the residue condition; see
     docs/proofs/accounting.filters.ApproxDPFilter.md.
-    Release price: a pure-DP release costs (sum of its epsilons, 0). Any other
-    release costs (Accountant().epsilon(release_delta), release_delta): the
+    Release price: a release of pure-DP and ApproxDP events costs (sum of
+    epsilons, sum of deltas) (basic composition, Dwork–Rothblum–Vadhan 2010
+    Thm III.1). Any other release costs
+    (Accountant().epsilon(release_delta), release_delta): the
     tight composition of the release's own events, whose parameters are fixed
     before the release runs, at the scope's per-release delta share. A release
     the accountant cannot bound at that delta (epsilon = inf) is refused.
@@ -155,7 +172,8 @@ class ApproxDPFilter(EventFilter):
     def describe(self) -> str:
         return (
             f"basic (epsilon, delta) filter: each release costs the accountant's epsilon at delta "
-            f"{self.release_delta:g} (pure releases cost their epsilon and no delta); epsilons add up to at "
+            f"{self.release_delta:g} (releases of pure and approx events cost their summed epsilon and delta); "
+            f"epsilons add up to at "
             f"most {self.epsilon:g} and deltas to at most {self.delta:g}"
         )
 
@@ -173,10 +191,14 @@ class ApproxDPFilter(EventFilter):
         self._spent_delta = fraction_from_json(state["spent_delta"])
 
     def price(self, leaves: Mapping[Event, int]) -> tuple[Fraction | None, Fraction]:
-        """(epsilon, delta) charged for a release with these leaves; epsilon None when no finite bound exists."""
-        pure = pure_total(leaves)
-        if pure is not None:
-            return pure, Fraction(0)
+        """(epsilon, delta) charged for a release with these leaves; epsilon None when no finite bound exists.
+
+        Pure and ApproxDP leaves only: basic composition, (sum of epsilons, sum
+        of deltas). Anything else: the accountant's epsilon at release_delta.
+        """
+        basic = basic_total(leaves)
+        if basic is not None:
+            return basic
         if self.release_delta == 0:
             return None, Fraction(0)
         release = Composed(tuple(SelfComposed(leaf, count) for leaf, count in leaves.items()))
