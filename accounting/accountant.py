@@ -15,12 +15,13 @@ stopping at the budget is not a valid filter).
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable
 
 from accounting.bounds import Bound
 from accounting.bounds.registry import default_bounds
-from accounting.composition import Composition
+from accounting.composition import Composition, leaf_counts
 from accounting.events import Event
 
 
@@ -75,48 +76,66 @@ class Accountant:
     def __init__(self, adaptive: bool = True, bounds: Iterable[Bound] | None = None):
         self.adaptive = bool(adaptive)
         self._bounds = tuple(default_bounds() if bounds is None else bounds)
-        self._composition = Composition()
+        self._counts: Counter = Counter()
+        self._canonical: Composition | None = Composition()
 
     @property
     def composition(self) -> Composition:
-        return self._composition
+        """The canonical composition so far (built once per change, then cached)."""
+        if self._canonical is None:
+            self._canonical = Composition.from_counts(self._counts)
+        return self._canonical
 
     def compose(self, event: Event, count: int = 1) -> "Accountant":
-        self._composition = self._composition.plus(event, count)  # validates first: all or nothing
+        self._counts.update(leaf_counts(event, count))  # leaf_counts validates first: all or nothing
+        self._canonical = None
         return self
 
     def valid_bounds(self) -> list[Bound]:
         return [
             bound
             for bound in self._bounds
-            if (not bound.nonadaptive_only or not self.adaptive) and bound.applies(self._composition)
+            if (not bound.nonadaptive_only or not self.adaptive) and bound.applies(self.composition)
         ]
 
     def _check_supported(self, bounds: list[Bound]) -> None:
         if not bounds:
-            kinds = sorted(t.__name__ for t in self._composition.kinds())
+            kinds = sorted(t.__name__ for t in self.composition.kinds())
             raise UnsupportedEventError(f"no composition bound covers this mix of events: {kinds}")
 
+    def exact_bound(self) -> Bound | None:
+        """A valid bound that is exact for this composition, if any (then no other bound can be smaller)."""
+        return next((b for b in self.valid_bounds() if b.is_exact(self.composition)), None)
+
     def epsilon(self, delta: float) -> float:
+        """The smallest valid epsilon at `delta` (answered by an exact bound alone when one applies)."""
+        exact = self.exact_bound() if self.composition.items else None
+        if exact is not None:
+            _check_probability("delta", delta)
+            return float(exact.epsilon(self.composition, delta))
         return self.explain(delta).value
 
     def delta(self, epsilon: float) -> float:
+        """The smallest valid delta at `epsilon`."""
+        exact = self.exact_bound() if self.composition.items else None
+        if exact is not None and isinstance(epsilon, (int, float)) and not math.isnan(epsilon):
+            return float(exact.delta(self.composition, epsilon))
         return self.explain_delta(epsilon).value
 
     def explain(self, delta: float) -> Explanation:
         """epsilon at `delta`: every valid bound's value and the winner."""
         _check_probability("delta", delta)
-        if not self._composition.items:
+        if not self.composition.items:
             return Explanation("epsilon", delta, 0.0, "empty", ())
-        return self._explain("epsilon", delta, lambda b: b.epsilon(self._composition, delta))
+        return self._explain("epsilon", delta, lambda b: b.epsilon(self.composition, delta))
 
     def explain_delta(self, epsilon: float) -> Explanation:
         """delta at `epsilon`: every valid bound's value and the winner."""
         if not (isinstance(epsilon, (int, float)) and not math.isnan(epsilon)):
             raise ValueError(f"epsilon must be a number, got {epsilon!r}")
-        if not self._composition.items:
+        if not self.composition.items:
             return Explanation("delta", epsilon, max(0.0, -math.expm1(epsilon)), "empty", ())
-        return self._explain("delta", epsilon, lambda b: b.delta(self._composition, epsilon))
+        return self._explain("delta", epsilon, lambda b: b.delta(self.composition, epsilon))
 
     def _explain(self, query: str, at: float, evaluate) -> Explanation:
         bounds = self.valid_bounds()

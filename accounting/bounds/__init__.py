@@ -32,6 +32,14 @@ class Bound(abc.ABC):
     def applies(self, composition: Composition) -> bool:
         """True when this theorem covers every event in `composition`."""
 
+    def is_exact(self, composition: Composition) -> bool:
+        """True when this bound equals the optimum for every mechanism class the events describe.
+
+        No valid bound can then be smaller, so the accountant may answer from
+        this bound alone. Default: False.
+        """
+        return False
+
     @abc.abstractmethod
     def delta(self, composition: Composition, epsilon: float) -> float:
         """An upper bound on the smallest delta for which the composition is (epsilon, delta)-DP."""

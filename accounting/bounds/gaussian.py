@@ -69,6 +69,9 @@ class ExactGaussian(Bound):
     def applies(self, composition: Composition) -> bool:
         return composition.only(Gaussian)
 
+    def is_exact(self, composition: Composition) -> bool:
+        return True  # mu-GDP composition of Gaussians is tight (Dong–Roth–Su Cor 3.3)
+
     def delta(self, composition: Composition, epsilon: float) -> float:
         return gdp_delta(total_mu(composition), epsilon)
 

@@ -12,7 +12,7 @@ from accounting.events import ApproxDP, BoundedRange, Composed, Gaussian, Laplac
 
 EVENTS = {
     "pure": PureDP(0.3),
-    "approx": ApproxDP(0.3, 1e-8),
+    "approx": ApproxDP(0.3, 1e-11),
     "exponential": BoundedRange(0.5),
     "laplace": Laplace(4.0, 1.0),
     "gaussian": Gaussian(3.0, 1.0),
