@@ -31,11 +31,10 @@ ran (composition, not a filter).
 Numerics: every curve is evaluated at gaps a = alpha - 1 (no digits lost near
 alpha = 1) in a form without cancellation: e^x - 1 - x by its series near 0
 (`accounting.numerics.expm1_minus_x`) and log1p of the excess over 1 while
-a eps <= 30, the log-space form above that. Relative error is below 1e-12
-except for the bounded-range supremum with alpha eps <= 1e-4, where the cap
-alpha eps^2 / 8 (larger than the supremum by a relative 1e-8 at most) is used
-instead of a formula that would cancel. The conversion inflates each order's
-value by 1e-11 relative, so no answer undershoots.
+a eps <= 30, the log-space form above that; the bounded-range divergence is
+written as a sum of non-negative terms (proof note). Relative error is below
+1e-13 in tests against mpmath. The conversion inflates each order's value by
+1e-11 relative, so no answer undershoots.
 Runtime: per query, about 350 orders times the number of distinct
 non-Gaussian events (numpy, in blocks of 512 events); Gaussian and zCDP events
 collapse into one coefficient.
@@ -56,7 +55,6 @@ from accounting.events import ZCDP, BoundedRange, Gaussian, Laplace, PureDP
 from accounting.numerics import expm1_minus_x
 
 _LOG_FORM_ABOVE = 30.0  # a * eps above which curves use the log-space form (no cancellation there)
-_BR_CAP_BELOW = 1e-4  # alpha * eps at or below which the BR supremum is replaced by its cap
 _BLOCK = 512
 
 
@@ -102,11 +100,16 @@ def bounded_range_worst_t(epsilon, gap):
     """The t in [0, eps] maximising the Rényi divergence of order 1 + gap of RR_{eps,t} (closed form)."""
     eps, a = _broadcast(epsilon, gap)
     # Stationary point of t + log(q_t + (1 - q_t) e^{-a eps}) / a:
-    # e^t = (a / (1 + a)) (1 + (e^eps - 1) / (1 - e^{-a eps})).
+    # e^t = (a / (1 + a)) (1 + (e^eps - 1) / (1 - e^{-a eps})), i.e. with g(x) = e^x - 1 - x
+    # e^t - 1 = (a g(eps) + g(-a eps)) / ((1 + a)(1 - e^{-a eps})), a sum of non-negative terms
+    # (used for eps <= 1, where the log form below would lose the digits of a small t).
+    tiny = eps <= 1.0
+    e1 = np.where(tiny, eps, 1.0)
     with np.errstate(divide="ignore"):
+        near = np.log1p((a * expm1_minus_x(e1) + expm1_minus_x(-a * e1)) / ((1.0 + a) * -np.expm1(-a * e1)))
         log_ratio = eps + np.log(-np.expm1(-eps)) - np.log(-np.expm1(-a * eps))  # log((e^eps - 1)/(1 - e^{-a eps}))
-        t = np.log(a) - np.log1p(a) + np.logaddexp(0.0, log_ratio)
-    return np.clip(t, 0.0, eps)
+        far = np.log(a) - np.log1p(a) + np.logaddexp(0.0, log_ratio)
+    return np.clip(np.where(tiny, near, far), 0.0, eps)
 
 
 def generalized_rr_rdp(epsilon, t, gap):
@@ -114,22 +117,37 @@ def generalized_rr_rdp(epsilon, t, gap):
     eps, a = _broadcast(epsilon, gap)
     t = np.broadcast_to(np.asarray(t, dtype=float), eps.shape)
     x = a * eps
+    small = x <= _LOG_FORM_ABOVE
     log_one_minus = log_one_minus_q(eps, t)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        # D = t + log(q + (1 - q) e^{-a eps}) / a.
-        near = t + np.log1p(-np.exp(log_one_minus + np.log(-np.expm1(-x)))) / a
-        far = t + np.logaddexp(log_q(eps, t), log_one_minus - x) / a
-    value = np.where(x <= 1.0, near, far)
-    return np.maximum(value, 0.0)
+    q_log = log_q(eps, t)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        # E = q e^{a t} + (1 - q) e^{a (t - eps)}; with g(x) = e^x - 1 - x and
+        # KL = t - eps (1 - q) = (t g(eps) - eps g(t)) / (e^eps - 1) >= 0:
+        # E - 1 = q g(a t) + (1 - q) g(a (t - eps)) + a KL, every term >= 0.
+        # The KL difference form avoids cancellation for eps <= 1; above, the direct form has none.
+        tiny = eps <= 1.0
+        t1, e1 = np.where(tiny, t, 0.5), np.where(tiny, eps, 1.0)
+        kl = np.where(
+            tiny,
+            (t1 * expm1_minus_x(e1) - e1 * expm1_minus_x(t1)) / np.expm1(e1),
+            t - eps * np.exp(log_one_minus),
+        )
+        ts, es = np.where(small, t, 0.0), np.where(small, eps, 0.0)
+        excess = (
+            np.exp(q_log) * expm1_minus_x(a * ts)
+            + np.exp(log_one_minus) * expm1_minus_x(a * (ts - es))
+            + a * np.maximum(kl, 0.0)
+        )
+        near = np.log1p(excess) / a
+        far = t + np.logaddexp(q_log, log_one_minus - x) / a
+    return np.maximum(np.where(small, near, far), 0.0)
 
 
 def bounded_range_rdp(epsilon, gap):
     """Largest Rényi divergence of order 1 + gap over all eps-bounded-range pairs (both orders)."""
     eps, a = _broadcast(epsilon, gap)
-    cap = (1.0 + a) * eps * eps / 8.0
     exact = generalized_rr_rdp(eps, bounded_range_worst_t(eps, a), a)
-    use_cap = (1.0 + a) * eps <= _BR_CAP_BELOW
-    return np.where(use_cap, cap, np.minimum(exact, cap))
+    return np.minimum(exact, (1.0 + a) * eps * eps / 8.0)
 
 
 @dataclass(frozen=True)
@@ -155,27 +173,26 @@ class RenyiCurve:
         return total
 
 
-def _grouped(values: list[tuple[float, int]]) -> tuple[np.ndarray, np.ndarray]:
-    merged: dict[float, int] = {}
-    for value, count in values:
-        merged[value] = merged.get(value, 0) + count
-    return np.array(list(merged), dtype=float), np.array(list(merged.values()), dtype=float)
+def _grouped(values: dict[float, int]) -> tuple[np.ndarray, np.ndarray]:
+    return np.fromiter(values.keys(), dtype=float, count=len(values)), np.fromiter(
+        values.values(), dtype=float, count=len(values)
+    )
 
 
 def renyi_curve(composition: Composition) -> RenyiCurve:
     """The Rényi curve of the adaptive composition (every event must be RDP-representable)."""
-    linear, laplace, pure, bounded = [], [], [], []
+    linear: list[float] = []
+    by_kind: dict[type, dict[float, int]] = {Laplace: {}, PureDP: {}, BoundedRange: {}}
     for event, count in composition:
-        if isinstance(event, Gaussian):
-            linear.append(count * event.mu**2 / 2.0)
-        elif isinstance(event, ZCDP) and event.delta == 0:
+        kind = type(event)
+        if kind is Gaussian:
+            linear.append(count * (event.sensitivity / event.sigma) ** 2 / 2.0)
+        elif kind is ZCDP and event.delta == 0:
             linear.append(count * float(event.rho))
-        elif isinstance(event, Laplace):
-            laplace.append((event.epsilon, count))
-        elif isinstance(event, PureDP):
-            pure.append((float(event.epsilon), count))
-        elif isinstance(event, BoundedRange):
-            bounded.append((float(event.epsilon), count))
+        elif kind in by_kind:
+            merged = by_kind[kind]
+            epsilon = float(event.epsilon)
+            merged[epsilon] = merged.get(epsilon, 0) + count
         else:
             raise TypeError(
                 f"no Rényi curve for event {event!r}; allowed: Gaussian, Laplace, PureDP, BoundedRange, ZCDP with delta 0"
@@ -183,9 +200,9 @@ def renyi_curve(composition: Composition) -> RenyiCurve:
     total = math.fsum(linear)
     return RenyiCurve(
         linear=math.nextafter(total, math.inf) if total > 0 else 0.0,
-        laplace=_grouped(laplace),
-        pure=_grouped(pure),
-        bounded_range=_grouped(bounded),
+        laplace=_grouped(by_kind[Laplace]),
+        pure=_grouped(by_kind[PureDP]),
+        bounded_range=_grouped(by_kind[BoundedRange]),
     )
 
 

@@ -145,8 +145,8 @@ def test_epsilon_query_is_fast():
     composition = _heterogeneous_mix(11)
     BOUND.epsilon(composition, 1e-6)
     timings = []
-    for _ in range(5):
-        start = time.perf_counter()
+    for _ in range(5):  # CPU time of this thread: other jobs share the machine's cores
+        start = time.thread_time()
         BOUND.epsilon(composition, 1e-6)
-        timings.append(time.perf_counter() - start)
+        timings.append(time.thread_time() - start)
     assert sorted(timings)[2] < 0.020
