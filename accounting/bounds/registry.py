@@ -7,6 +7,7 @@ from accounting.bounds.basic import BasicComposition
 from accounting.bounds.bounded_range import MGFBound, OptimalNonadaptiveBR, OptKL
 from accounting.bounds.cesar_rogers import MixedMGF, MixedNonadaptive, MixedSetwise, SingleBRAdaptive
 from accounting.bounds.gaussian import ExactGaussian
+from accounting.bounds.pld import PLDBound
 from accounting.bounds.pure_dp import KairouzOhViswanath
 from accounting.bounds.rdp import RDPComposition
 from accounting.bounds.zcdp import ZCDPComposition
@@ -27,4 +28,5 @@ def default_bounds() -> tuple[Bound, ...]:
         MixedMGF(),
         ZCDPComposition(),
         RDPComposition(),
+        PLDBound(),
     )
