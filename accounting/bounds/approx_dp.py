@@ -31,13 +31,19 @@ in log space. Otherwise S lives on a lattice of spacing g: eps_i that are
 others keep their exact RR masses split between the two neighbouring lattice
 points so that the split pair post-processes back to RR(eps_i) (a dominating
 pair, error O(g^2) instead of O(g) for rounding up). g is a common divisor of
-the eps_i when one exists with a small lattice, else
-max(max eps_i / 2^12, width / MAX_LATTICE). Lattice tails below 1e-30 in total
-are dropped and added to delta; float error in the masses is bounded and
-rounded up. Epsilon is solved exactly between atoms (`discrete_pld`).
-Runtime: exact path O(atoms); lattice path O(sum over events of the atoms
-per event times the lattice length <= ~MAX_LATTICE); 1,000 distinct
-epsilons take about 0.1 s.
+the eps_i when one exists with a lattice of at most MAX_LATTICE points (then
+the result is exact up to rounding), else about
+max(max eps_i / 2^12, width / L), shrunk so the most frequent eps_i is a
+multiple of it; width spans +-12 standard deviations of S and
+L = WORK_BUDGET / k within [2^15, 2^18]. Grid error (measured, delta 1e-6):
+300 eps_i ~ U(0.01, 0.1) give 5.19034, between the exact round-down and
+round-up-to-1e-4 values 5.18587 and 5.19475; 1,000 give 10.16783 against
+10.16772 at a 4x finer grid (error ~ L^-2). Lattice tails below 1e-30 in
+total are dropped and added to delta; float error in the masses is bounded
+and rounded up. Epsilon is solved exactly between atoms (`discrete_pld`).
+Runtime: exact path O(atoms); lattice path O(sum over steps of the atoms per
+step times the lattice length), a step being one split event or one aligned
+group: 1,000 distinct epsilons take about 0.2 s, 10,000 about 2-3 s.
 """
 from __future__ import annotations
 
@@ -255,6 +261,8 @@ def composition_pairs(composition: Composition) -> list[tuple[tuple[float, float
 
 
 class ChourasiaRecursion(Bound):
+    """Any list of pure and (epsilon, delta) events, fixed in advance: Thm 4.6 (see the module docstring). Not a filter."""
+
     name = "chourasia_recursion"
     reference = "Chourasia–Javaid–Sikdar, Thm 4.6 and Cor 4.7 (exact (eps_i, delta_i) composition)"
 

@@ -97,6 +97,8 @@ def common_epsilon(composition: Composition) -> float | None:
 
 
 class KairouzOhViswanath(Bound):
+    """k events that are each epsilon_0-DP with one common epsilon_0: the exact optimum (see the module docstring)."""
+
     name = "kairouz_oh_viswanath"
     reference = "Kairouz–Oh–Viswanath 2017, Thm 3.3 (optimal homogeneous pure-DP composition)"
 
