@@ -28,7 +28,7 @@ Runtime: about 45 accountant evaluations.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from accounting.accountant import Accountant, Explanation
 from accounting.events import BoundedRange, Event, Gaussian, Laplace, PureDP, SelfComposed
@@ -106,19 +106,23 @@ class CalibratedPlan:
     epsilon: float  # the accountant's epsilon at target_delta, <= target_epsilon
     explanation: Explanation
     adaptive: bool = True
-    notes: tuple[str, ...] = field(default=())
+    fixed: tuple[Event, ...] = ()
 
     def events(self) -> tuple[Event, ...]:
-        return tuple(SelfComposed(r.event, r.release.count) for r in self.releases)
+        return tuple(SelfComposed(r.event, r.release.count) for r in self.releases) + self.fixed
 
     def by_name(self) -> dict[str, CalibratedRelease]:
         return {r.release.name: r for r in self.releases}
 
 
-def _compose(releases: tuple[Release, ...], scale: float, adaptive: bool) -> tuple[Accountant, list[Event]]:
+def _compose(
+    releases: tuple[Release, ...], scale: float, adaptive: bool, fixed: tuple[Event, ...]
+) -> tuple[Accountant, list[Event]]:
     total_weight = math.fsum(r.weight for r in releases)
     events = [r.event(scale * r.weight / total_weight) for r in releases]
     accountant = Accountant(adaptive=adaptive)
+    for event in fixed:
+        accountant.compose(event)
     for release, event in zip(releases, events):
         accountant.compose(event, release.count)
     return accountant, events
@@ -130,8 +134,14 @@ def calibrate(
     delta: float,
     adaptive: bool = True,
     rtol: float = 1e-6,
+    fixed: tuple[Event, ...] = (),
 ) -> CalibratedPlan:
-    """The least noise for every release such that the whole plan is (epsilon, delta)-DP."""
+    """The least noise for every release such that the whole plan is (epsilon, delta)-DP.
+
+    `fixed` holds events whose cost does not scale with the noise (e.g. the
+    delta a truncated-Gaussian partition selection spends); they are composed
+    with the plan as they are.
+    """
     releases = tuple(releases)
     if not releases:
         raise CalibrationError("a plan needs at least one release")
@@ -143,7 +153,7 @@ def calibrate(
         raise CalibrationError(f"target delta must lie in (0, 1), got {delta!r}")
 
     def spent(scale: float) -> float:
-        return _compose(releases, scale, adaptive)[0].epsilon(delta)
+        return _compose(releases, scale, adaptive, fixed)[0].epsilon(delta)
 
     # rho of a plan that meets the target lies below epsilon^2/2 * (something); start from a pure-DP guess.
     lo, hi = epsilon**2 / 1e6, epsilon**2
@@ -159,9 +169,9 @@ def calibrate(
             lo = mid
         else:
             hi = mid
-    accountant, events = _compose(releases, lo, adaptive)
+    accountant, events = _compose(releases, lo, adaptive, fixed)
     explanation = accountant.explain(delta)
     if explanation.value > epsilon:  # bisection invariant: lo always meets the target
         raise CalibrationError(f"calibration failed to meet epsilon={epsilon}: got {explanation.value}")
     calibrated = tuple(CalibratedRelease(r, e) for r, e in zip(releases, events))
-    return CalibratedPlan(calibrated, epsilon, delta, explanation.value, explanation, adaptive)
+    return CalibratedPlan(calibrated, epsilon, delta, explanation.value, explanation, adaptive, tuple(fixed))

@@ -67,3 +67,15 @@ def test_gaussian_event_sensitivity_carried():
     plan = calibrate([Release("a", "gaussian", sensitivity=3.0)], 1.0, 1e-6)
     event = plan.by_name()["a"].event
     assert isinstance(event, Gaussian) and event.sensitivity == 3.0
+
+
+def test_fixed_events_take_their_share_first():
+    from accounting.events import ApproxDP
+
+    free = calibrate([Release("a", "gaussian")], 1.0, 1e-6).by_name()["a"].noise
+    plan = calibrate([Release("a", "gaussian")], 1.0, 1e-6, fixed=(ApproxDP(0.2, 0.0 + 1e-7),))
+    assert plan.by_name()["a"].noise > free
+    accountant = Accountant()
+    for event in plan.events():
+        accountant.compose(event)
+    assert accountant.epsilon(1e-6) <= 1.0

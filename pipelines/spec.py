@@ -1,0 +1,159 @@
+"""What a job asks for, as frozen values shared by the job file, the planner and the transforms.
+
+The record layout every connector produces and every transform consumes is
+`EVENT_SCHEMA`: one `pyarrow.RecordBatch` per element, columns
+    user       string   the privacy unit
+    timestamp  int64    event time, microseconds since the Unix epoch, UTC
+    partition  string   the partition key (e.g. destination airport)
+    value      float64  the value summed (1.0 when the job counts events)
+
+Privacy unit and windows (DESIGN.md §1): neighbouring inputs differ in all
+records of one user. Contribution bounds apply per user and window, so a user
+present in W windows changes W window releases; the planner composes every
+window (`WindowSpec.count`), which is public because the job declares the
+time range it covers.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+EVENT_SCHEMA = pa.schema(
+    [
+        pa.field("user", pa.string(), nullable=False),
+        pa.field("timestamp", pa.int64(), nullable=False),
+        pa.field("partition", pa.string(), nullable=False),
+        pa.field("value", pa.float64(), nullable=False),
+    ]
+)
+
+MICROS = 1_000_000
+RELEASE_KINDS = ("histogram", "topk", "peak", "svt")
+NOISE_KINDS = ("gaussian", "laplace")
+
+
+class SpecError(ValueError):
+    """A job specification value is out of range; the message names the key."""
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise SpecError(message)
+
+
+@dataclass(frozen=True)
+class WindowSpec:
+    """Event-time windows over the public range [start, end) (seconds since the epoch, UTC).
+
+    Fixed windows when `period` is None, else sliding windows of length `size`
+    starting every `period` seconds (a record belongs to size/period windows).
+    Window i covers [start + i * step, start + i * step + size), step = period or size.
+    """
+
+    size: float
+    start: float
+    end: float
+    period: float | None = None
+
+    def __post_init__(self) -> None:
+        _require(math.isfinite(self.size) and self.size > 0, f"window.size must be a positive number of seconds, got {self.size!r}")
+        _require(
+            self.period is None or (math.isfinite(self.period) and 0 < self.period <= self.size),
+            f"window.period must lie in (0, window.size={self.size}], got {self.period!r}",
+        )
+        _require(math.isfinite(self.start) and math.isfinite(self.end) and self.end > self.start,
+                 f"window.end must be after window.start, got start={self.start!r}, end={self.end!r}")
+
+    @property
+    def step(self) -> float:
+        return self.period if self.period is not None else self.size
+
+    @property
+    def count(self) -> int:
+        """Number of windows whose start lies in [start, end)."""
+        return max(1, math.ceil((self.end - self.start) / self.step))
+
+    @property
+    def windows_per_record(self) -> int:
+        """How many windows one record can fall into (1 for fixed windows)."""
+        return math.ceil(self.size / self.step)
+
+    def bounds(self, index: int) -> tuple[float, float]:
+        """[start, end) of window `index`, in seconds."""
+        begin = self.start + index * self.step
+        return begin, begin + self.size
+
+
+@dataclass(frozen=True)
+class ContributionBounds:
+    """Per user and window: at most `max_partitions` partitions, `max_contributions` records per
+    partition, each value clipped to [min_value, max_value].
+
+    Sensitivities (Cesar–Rogers Sec. 6; DESIGN.md §1), for the per-partition sums of one window:
+        L0   = max_partitions
+        Linf = max_contributions * max(|min_value|, |max_value|)
+        L1   = L0 * Linf,  L2 = sqrt(L0) * Linf
+    Counting jobs use min_value = max_value = 1.
+    """
+
+    max_partitions: int = 1
+    max_contributions: int = 1
+    min_value: float = 1.0
+    max_value: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name in ("max_partitions", "max_contributions"):
+            value = getattr(self, name)
+            _require(isinstance(value, int) and not isinstance(value, bool) and value >= 1,
+                     f"privacy.{name} must be a positive integer, got {value!r}")
+        _require(math.isfinite(self.min_value) and math.isfinite(self.max_value) and self.min_value <= self.max_value,
+                 f"privacy.min_value must be <= privacy.max_value, got {self.min_value!r} > {self.max_value!r}")
+
+    @property
+    def linf(self) -> float:
+        return self.max_contributions * max(abs(self.min_value), abs(self.max_value))
+
+    @property
+    def l1(self) -> float:
+        return self.max_partitions * self.linf
+
+    @property
+    def l2(self) -> float:
+        return math.sqrt(self.max_partitions) * self.linf
+
+
+@dataclass(frozen=True)
+class ReleaseSpec:
+    """One `[[release]]` of a job file.
+
+    kind: histogram (per-window noisy value per partition), topk (per-window top-k partitions by the
+    exponential mechanism), peak (per period, the window with the largest total, Gaussian
+    report-noisy-max), svt (threshold alerts; see the SVT issue).
+    noise: gaussian or laplace (histogram); partitions: the public partition list, or None when the
+    partitions are unknown (then only privately selected partitions appear); k: list length for topk;
+    weight: relative share of the job's budget (see accounting.calibrate).
+    """
+
+    name: str
+    kind: str
+    weight: float = 1.0
+    noise: str = "gaussian"
+    partitions: tuple[str, ...] | None = None
+    k: int | None = None
+    period: float | None = None  # peak: seconds per period (e.g. a month of daily windows)
+    counts: bool = False  # topk: also release Gaussian counts for the chosen keys
+
+    def __post_init__(self) -> None:
+        where = f"release {self.name!r}"
+        _require(bool(self.name) and isinstance(self.name, str), f"release.name must be a non-empty string, got {self.name!r}")
+        _require(self.kind in RELEASE_KINDS, f"{where}: kind must be one of {list(RELEASE_KINDS)}, got {self.kind!r}")
+        _require(self.noise in NOISE_KINDS, f"{where}: noise must be one of {list(NOISE_KINDS)}, got {self.noise!r}")
+        _require(math.isfinite(self.weight) and self.weight > 0, f"{where}: weight must be a positive number, got {self.weight!r}")
+        if self.kind == "topk":
+            _require(isinstance(self.k, int) and not isinstance(self.k, bool) and self.k >= 1,
+                     f"{where}: k must be a positive integer, got {self.k!r}")
+        if self.partitions is not None:
+            _require(isinstance(self.partitions, tuple) and len(self.partitions) > 0,
+                     f"{where}: partitions must be a non-empty list when given, got {self.partitions!r}")
