@@ -1,0 +1,1 @@
+"""Side-by-side benchmarks against peer systems; not part of `make test`."""
