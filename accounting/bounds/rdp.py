@@ -1,7 +1,7 @@
 """Composition through Rényi DP curves, with the tightest known conversion to (epsilon, delta).
 
 Privacy: add/remove neighbours of one privacy unit; measure Rényi DP
-(Mironov 2017, Def 4): D_alpha(M(x) || M(x')) <= R(alpha) for both orders of
+(Mironov 2017): D_alpha(M(x) || M(x')) <= R(alpha) for both orders of
 every neighbouring pair and every alpha > 1. Curves add under adaptive
 composition (Mironov 2017, Prop 1). Per event, with a = alpha - 1:
     Gaussian(sigma, sensitivity), ZCDP(rho, 0)   R = alpha rho, rho = mu^2 / 2 for the Gaussian
@@ -21,10 +21,10 @@ composition (Mironov 2017, Prop 1). Per event, with a = alpha - 1:
         alpha eps^2 / 8 (Cesar–Rogers, BR -> zCDP after Lemma 3.4).
 The composed curve is converted by Canonne–Kamath–Steinke 2020, Prop 12 /
 Balle et al. 2020, Thm 21 (`rdp_conversion`), minimised over the order.
-ApproxDP events and ZCDP events with delta > 0 have no finite Rényi curve, so
-`applies` is False for compositions holding them.
+ApproxDP events and ZCDP events with delta > 0 carry a delta that a Rényi curve
+cannot hold, so `applies` is False for compositions holding them.
 Proof: the papers above; the bounded-range supremum and the rewritten
-formulas used for accuracy are in docs/proofs/accounting.bounds.rdp.RDPComposition.md.
+formulas used for accuracy are in docs/proofs/rdp.RDPComposition.md.
 Checks: events are validated when built; `applies` rejects unsupported events.
 Caller must ensure: every event's parameters were fixed before any mechanism
 ran (composition, not a filter).
@@ -35,7 +35,7 @@ a eps <= 30, the log-space form above that; the bounded-range divergence is
 written as a sum of non-negative terms (proof note). Relative error is below
 1e-13 in tests against mpmath. The conversion inflates each order's value by
 1e-11 relative, so no answer undershoots.
-Runtime: per query, about 350 orders times the number of distinct
+Runtime: per query, 157 orders times the number of distinct
 non-Gaussian events (numpy, in blocks of 512 events); Gaussian and zCDP events
 collapse into one coefficient.
 """

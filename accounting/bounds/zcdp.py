@@ -18,14 +18,14 @@ composed (rho, delta_a) is converted with Canonne–Kamath–Steinke 2020, Prop 
 and the approximate part adds: the composition is
 (epsilon, delta_a + delta_rho(epsilon))-DP (proof note).
 Proof: the papers above; the ApproxDP mapping and the final delta sum are in
-docs/proofs/accounting.bounds.zcdp.ZCDPComposition.md.
+docs/proofs/zcdp.ZCDPComposition.md.
 Checks: events are validated when built; nothing else is needed.
 Caller must ensure: every event's parameters were fixed before any mechanism
 ran (composition, not a filter).
 Numerics: rho and the deltas are summed with math.fsum and rounded up one ulp;
 the conversion is done in log space over orders alpha = 1 + g, g in
 [1e-6, 1e8], and never undershoots the formula (see `rdp_conversion`).
-Runtime: O(number of distinct events) to sum, then about 350 closed-form
+Runtime: O(number of distinct events) to sum, then 157 closed-form
 evaluations (vectorised) per query.
 """
 from __future__ import annotations
