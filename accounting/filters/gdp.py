@@ -316,12 +316,10 @@ class GDPResidueFilter(GDPFilter):
 
     def _charge(self, leaves: Mapping[Event, int]) -> float | None:
         gaussian_sq, pure = _gdp_leaves(self, leaves)
+        if not pure:  # GDP is closed under composition: the residue is the naive one (Regehr et al. §4)
+            return super()._charge(leaves)
         mu = self._remaining
-        chunks = _pure_chunks(pure)
-        if not chunks:
-            left = mu * mu - gaussian_sq
-            return None if left < 0 else _down(math.sqrt(_down(left)))
-        for atoms, naive_sq in chunks:
+        for atoms, naive_sq in _pure_chunks(pure):
             if mu == 0.0:
                 return None
             mu = gdp_residue(mu, gaussian_sq, atoms, _up(gaussian_sq + naive_sq))
