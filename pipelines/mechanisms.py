@@ -142,7 +142,7 @@ def gaussian(values, sigma: float, rng: SecureRandom, *, sensitivity: float = 1.
     (vectors) give (sensitivity/sigma)^2/2-zCDP up to a term below 1e-100 at
     sigma >= 2**19 grid steps; the event's exact Gaussian curve is the
     continuous one, which the grid matches to within the discretisation error
-    argued in docs/proofs/mechanisms.gaussian.md.
+    argued in docs/proofs/mechanisms.laplace.md.
     Checks: sigma, sensitivity positive; values finite 1-d.
     Caller must ensure: the sensitivity and max_partitions follow from contribution bounding.
     Numerics: hardened (outputs are multiples of the grid step).

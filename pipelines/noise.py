@@ -33,7 +33,7 @@ Samplers (all vectorised, all driven by 64-bit words):
 
 Numerics: sampling is near-exact, not exact. E carries a relative rounding
 error of about 2**-53 and U is resolved to 2**-64, so G = floor(t E) lands in
-the wrong integer only when t E is within about t * 2**-53 <= 2**-33 grid units
+the wrong integer only when t E is within about t E 2**-52 <= 2**-26 grid units
 of an integer, or (tail) when U < 2**-40, an event of probability 2**-40.
 The resulting deviation of the noise pmf from the ideal one is neither
 accounted nor measurable by our statistical tests; see docs/proofs/noise.md.
