@@ -35,7 +35,7 @@ a eps <= 30, the log-space form above that; the bounded-range divergence is
 written as a sum of non-negative terms (proof note). Relative error is below
 1e-13 in tests against mpmath. The conversion inflates each order's value by
 1e-11 relative, so no answer undershoots.
-Runtime: per query, 157 orders times the number of distinct
+Runtime: per query, 145 orders times the number of distinct
 non-Gaussian events (numpy, in blocks of 512 events); Gaussian and zCDP events
 collapse into one coefficient.
 """

@@ -24,8 +24,8 @@ Caller must ensure: every event's parameters were fixed before any mechanism
 ran (composition, not a filter).
 Numerics: rho and the deltas are summed with math.fsum and rounded up one ulp;
 the conversion is done in log space over orders alpha = 1 + g, g in
-[1e-6, 1e8], and never undershoots the formula (see `rdp_conversion`).
-Runtime: O(number of distinct events) to sum, then 157 closed-form
+[1e-6, 1e6], and never undershoots the formula (see `rdp_conversion`).
+Runtime: O(number of distinct events) to sum, then 145 closed-form
 evaluations (vectorised) per query.
 """
 from __future__ import annotations
