@@ -375,6 +375,9 @@ class OptimalNonadaptiveBR(Bound):
     def applies(self, composition: Composition) -> bool:
         return composition.only(BoundedRange) and len({float(e.epsilon) for e, _ in composition}) == 1
 
+    def is_exact(self, composition: Composition) -> bool:
+        return True  # DDR Thm 3 is the optimum over non-adaptive compositions of epsilon-BR mechanisms
+
     def _k_eps(self, composition: Composition) -> tuple[int, float]:
         epsilons, counts = _br_groups(composition)
         return sum(counts), epsilons[0]

@@ -105,6 +105,11 @@ class KairouzOhViswanath(Bound):
     def applies(self, composition: Composition) -> bool:
         return composition.only(*PURE_EVENTS) and common_epsilon(composition) is not None
 
+    def is_exact(self, composition: Composition) -> bool:
+        """Optimal over all epsilon-DP mechanisms, so exact when every event is `PureDP`
+        (not for Laplace or BR events, whose own worst cases are smaller)."""
+        return composition.only(PureDP)
+
     def _pld(self, composition: Composition) -> DiscretePLD:
         epsilon = common_epsilon(composition)
         if epsilon is None or not composition.only(*PURE_EVENTS):
