@@ -195,7 +195,8 @@ def renyi_curve(composition: Composition) -> RenyiCurve:
             merged[epsilon] = merged.get(epsilon, 0) + count
         else:
             raise TypeError(
-                f"no Rényi curve for event {event!r}; allowed: Gaussian, Laplace, PureDP, BoundedRange, ZCDP with delta 0"
+                f"no Rényi curve for event {event!r}; "
+                "allowed: Gaussian, Laplace, PureDP, BoundedRange, ZCDP with delta 0"
             )
     total = math.fsum(linear)
     return RenyiCurve(

@@ -6,16 +6,18 @@ mixture form M(x) = (1 - delta) Y + delta Z, M(x') = (1 - delta) Y' + delta Z'
 with D_alpha(Y || Y') and D_alpha(Y' || Y) at most alpha rho for every
 alpha > 1 (the proof note shows the event form implies it). Each event is
 mapped to (rho_i, delta_i):
-    Gaussian(sigma, sensitivity)  rho = sensitivity^2 / (2 sigma^2), delta 0  (Bun–Steinke Prop 1.6)
-    PureDP(eps), Laplace          rho = eps^2 / 2, delta 0                    (Bun–Steinke Prop 1.4; Laplace is eps-DP, eps = sensitivity / scale)
-    BoundedRange(eps)             rho = eps^2 / 8, delta 0                    (Cesar–Rogers Lemma 3.2 and the conversion after Lemma 3.4)
-    ApproxDP(eps, delta)          rho = eps^2 / 2, delta                      (proof note)
+    Gaussian(sigma, sensitivity)  rho = sensitivity^2 / (2 sigma^2)   (Bun–Steinke Prop 1.6)
+    PureDP(eps), Laplace          rho = eps^2 / 2                     (Bun–Steinke Prop 1.4; Laplace is
+                                                                       eps-DP with eps = sensitivity / scale)
+    BoundedRange(eps)             rho = eps^2 / 8                     (Cesar–Rogers Lemma 3.2 and the conversion
+                                                                       stated after Lemma 3.4)
+    ApproxDP(eps, delta)          rho = eps^2 / 2, with its delta     (proof note)
     ZCDP(rho, delta)              as given
 Adaptive composition adds the rhos (rho-zCDP is Rényi DP with R(alpha) = alpha rho
 at every order, and Rényi curves add: Mironov 2017, Prop 1) and, for the
 approximate part, the deltas (Cesar–Rogers Lemma 3.4 and its proof). The
-composed (rho, delta_a) is converted with Canonne–Kamath–Steinke 2020, Prop 12 at R(alpha) = alpha rho (`rdp_conversion`),
-and the approximate part adds: the composition is
+composed (rho, delta_a) is converted with Canonne–Kamath–Steinke 2020, Prop 12
+at R(alpha) = alpha rho (`rdp_conversion`), and the approximate part adds: the composition is
 (epsilon, delta_a + delta_rho(epsilon))-DP (proof note).
 Proof: the papers above; the ApproxDP mapping and the final delta sum are in
 docs/proofs/zcdp.ZCDPComposition.md.
@@ -52,7 +54,9 @@ def event_zcdp(event: Event) -> tuple[float, float]:
         return event.epsilon**2 / 2.0, float(event.delta)
     if isinstance(event, ZCDP):
         return float(event.rho), float(event.delta)
-    raise TypeError(f"no zCDP mapping for event {event!r}; allowed: Gaussian, PureDP, Laplace, BoundedRange, ApproxDP, ZCDP")
+    raise TypeError(
+        f"no zCDP mapping for event {event!r}; allowed: Gaussian, PureDP, Laplace, BoundedRange, ApproxDP, ZCDP"
+    )
 
 
 def composed_zcdp(composition: Composition) -> tuple[float, float]:
@@ -92,8 +96,8 @@ def zcdp_epsilon_classic(rho: float, delta: float) -> float:
 class ZCDPComposition(Bound):
     name = "zcdp"
     reference = (
-        "Bun–Steinke 2016, Prop 1.4/1.6; Mironov 2017, Prop 1; Cesar–Rogers Lemma 3.2 (BR eps^2/8), Lemma 3.4 (deltas add); "
-        "Canonne–Kamath–Steinke 2020, Prop 12 (conversion)"
+        "Bun–Steinke 2016, Prop 1.4/1.6; Mironov 2017, Prop 1; Cesar–Rogers Lemma 3.2 (BR eps^2/8), "
+        "Lemma 3.4 (deltas add); Canonne–Kamath–Steinke 2020, Prop 12 (conversion)"
     )
 
     def applies(self, composition: Composition) -> bool:

@@ -60,7 +60,11 @@ def test_randomized_response_rdp_matches_mpmath(eps):
         (laplace_rdp, 1.0, [0.512883511294509, 0.619123629998593, 0.813689296592622, 0.92868290209668]),
         (laplace_rdp, 0.1, [0.00724748538932853, 0.00964420784034467, 0.0189912149633842, 0.0427151824656869]),
         (randomized_response_rdp, 1.0, [0.627332647049499, 0.735325664055519, 0.895883259645184, 0.965193146453842]),
-        (randomized_response_rdp, 0.1, [0.00748441861604189, 0.00995858439495622, 0.0195964629372957, 0.0438877886899322]),
+        (
+            randomized_response_rdp,
+            0.1,
+            [0.00748441861604189, 0.00995858439495622, 0.0195964629372957, 0.0438877886899322],
+        ),
     ],
 )
 def test_printed_rdp_values(curve, eps, values):
@@ -271,7 +275,7 @@ def test_ten_thousand_heterogeneous_events_stay_finite():
 def test_epsilon_query_is_fast():
     rng = np.random.default_rng(2)
     composition = Composition.of(
-        *(Gaussian(float(s), sensitivity=float(d)) for s, d in zip(rng.uniform(5, 50, 1000), rng.uniform(0.5, 2, 1000))),
+        *(Gaussian(float(s), float(d)) for s, d in zip(rng.uniform(5, 50, 1000), rng.uniform(0.5, 2, 1000))),
         *(Laplace(scale=float(s)) for s in rng.uniform(5, 50, 100)),
         *(PureDP(float(e)) for e in rng.uniform(0.01, 0.5, 100)),
         *(BoundedRange(float(e)) for e in rng.uniform(0.01, 0.5, 100)),

@@ -133,7 +133,7 @@ def test_registered_with_the_accountant():
 def _heterogeneous_mix(seed):
     rng = np.random.default_rng(seed)
     return Composition.of(
-        *(Gaussian(float(s), sensitivity=float(d)) for s, d in zip(rng.uniform(5, 50, 1000), rng.uniform(0.5, 2, 1000))),
+        *(Gaussian(float(s), float(d)) for s, d in zip(rng.uniform(5, 50, 1000), rng.uniform(0.5, 2, 1000))),
         *(PureDP(float(e)) for e in rng.uniform(0.01, 0.5, 100)),
         *(BoundedRange(float(e)) for e in rng.uniform(0.01, 0.5, 100)),
         *(ApproxDP(float(e), 1e-9) for e in rng.uniform(0.01, 0.5, 20)),
