@@ -5,7 +5,7 @@ import importlib
 import sys
 import time
 
-BENCHMARKS = ("accounting", "selection", "mechanisms", "pipelines", "svt")
+BENCHMARKS = ("accounting", "selection", "mechanisms", "pipelines")
 
 
 def main() -> int:
