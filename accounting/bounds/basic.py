@@ -6,6 +6,7 @@ Proof: Dwork–McSherry–Nissim–Smith 2006 (pure); Dwork–Rothblum–Vadhan 
 Thm III.1 (approximate). Valid for adaptively chosen mechanisms with
 parameters fixed in advance (and, for pure DP, even as a filter).
 Numerics: sums are taken exactly (math.fsum) and rounded up one ulp.
+Runtime: O(number of distinct events).
 """
 from __future__ import annotations
 

@@ -7,6 +7,7 @@ mu_i-GDP mechanisms is sqrt(sum mu_i^2)-GDP, and this is tight
 for exactly
     delta(epsilon) = Phi(-epsilon/mu + mu/2) - e^epsilon Phi(-epsilon/mu - mu/2)
 (Dong–Roth–Su 2019, Cor 2.13; Balle–Wang 2018, Thm 8).
+Proof: Dong–Roth–Su 2019, Cor 2.13 (profile) and Cor 3.3 (composition).
 Numerics: both terms in log space with log_ndtr; the difference with
 log1p(-exp(.)) so delta stays accurate down to 1e-300.
 Runtime: O(number of distinct events) to build mu, O(1) per delta, about 60
