@@ -144,6 +144,7 @@ class ReleaseSpec:
     k: int | None = None
     period: float | None = None  # peak: seconds per period (e.g. a month of daily windows)
     counts: bool = False  # topk: also release Gaussian counts for the chosen keys
+    maximum: float | None = None  # peak: public upper bound of a window's total (totals are clipped to [0, maximum])
 
     def __post_init__(self) -> None:
         where = f"release {self.name!r}"
@@ -154,6 +155,11 @@ class ReleaseSpec:
         if self.kind == "topk":
             _require(isinstance(self.k, int) and not isinstance(self.k, bool) and self.k >= 1,
                      f"{where}: k must be a positive integer, got {self.k!r}")
+        if self.kind == "peak":
+            _require(self.period is not None and math.isfinite(self.period) and self.period > 0,
+                     f"{where}: period must be a positive number of seconds, got {self.period!r}")
+            _require(self.maximum is not None and math.isfinite(self.maximum) and self.maximum > 0,
+                     f"{where}: maximum must be a positive number (public bound of a window total), got {self.maximum!r}")
         if self.partitions is not None:
             _require(isinstance(self.partitions, tuple) and len(self.partitions) > 0,
                      f"{where}: partitions must be a non-empty list when given, got {self.partitions!r}")
