@@ -1,0 +1,20 @@
+"""The one error type connectors raise for bad input: one line naming file, row and column."""
+from __future__ import annotations
+
+
+class InputError(ValueError):
+    """Input that cannot become events: a missing file or column, or a bad row.
+
+    Row messages read `FILE:ROW: column 'NAME': PROBLEM`, where ROW is the line
+    number for CSV (the header is line 1) and JSONL, and the 1-based row number
+    for Parquet.
+    """
+
+
+class RowError(ValueError):
+    """A bad value at a 0-based position of one column chunk; the reader adds file, row and column."""
+
+    def __init__(self, index: int, problem: str) -> None:
+        super().__init__(problem)
+        self.index = index
+        self.problem = problem

@@ -1,0 +1,326 @@
+"""Read events from Parquet, CSV and JSONL files as Arrow record batches in `EVENT_SCHEMA`.
+
+Batch-first: a file is cut into chunks (Parquet row groups; CSV blocks; a whole
+JSONL file), each chunk is converted column by column with vectorised code,
+and rows exist only as positions for error messages. `check_input` looks at
+file names and headers only (no records), so a job can run it before its
+ledger debit; `list_chunks` and `read_chunk` touch data and run after.
+
+Column mapping: `user`, `timestamp` and `partition` name required input
+columns; `value` is optional (each event counts 1.0 without it). User and
+partition values are turned into strings; a missing value anywhere is an
+error naming file, row and column.
+"""
+from __future__ import annotations
+
+import csv
+import glob
+import json
+import os
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+import pyarrow.json as pajson
+import pyarrow.parquet as pq
+
+from connectors import timestamps
+from connectors.errors import InputError, RowError
+from pipelines.spec import EVENT_SCHEMA
+
+FORMATS = ("parquet", "csv", "jsonl")
+CSV_BLOCK_BYTES = 1 << 22
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """Where events come from and which columns hold the event fields.
+
+    path: a file or a glob pattern (matches are read in sorted order).
+    """
+
+    format: str
+    path: str
+    user: str
+    timestamp: str
+    partition: str
+    value: str | None = None
+    timestamp_format: str = "auto"
+    timezone: str = "UTC"
+
+    def __post_init__(self) -> None:
+        if self.format not in FORMATS:
+            raise ValueError(f"input.format must be one of {list(FORMATS)}, got {self.format!r}")
+        for key in ("path", "user", "timestamp", "partition"):
+            value = getattr(self, key)
+            if not isinstance(value, str) or not value:
+                raise ValueError(f"input.{key} must be a non-empty string, got {value!r}")
+        timestamps.check_format(self.timestamp_format, self.timezone)
+
+    @property
+    def columns(self) -> dict[str, str]:
+        """Event field -> input column."""
+        mapping = {"user": self.user, "timestamp": self.timestamp, "partition": self.partition}
+        if self.value is not None:
+            mapping["value"] = self.value
+        return mapping
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A unit of reading: one Parquet row group, or a whole CSV / JSONL file."""
+
+    path: str
+    row_group: int | None = None
+    first_row: int = 0
+
+
+def files(spec: InputSpec) -> list[str]:
+    """The input files, sorted; an error when none exist."""
+    matches = sorted(glob.glob(spec.path)) if glob.has_magic(spec.path) else [spec.path]
+    present = [path for path in matches if os.path.isfile(path)]
+    if not present:
+        raise InputError(f"input.path {spec.path!r}: no such file")
+    return present
+
+
+def check_input(spec: InputSpec) -> list[str]:
+    """Check that the files exist and name every mapped column; reads schemas and headers, no records."""
+    paths = files(spec)
+    for path in paths:
+        available = _column_names(spec.format, path)
+        if available is None:
+            continue  # JSONL has no header; missing keys surface as row errors
+        for field, column in spec.columns.items():
+            if column not in available:
+                raise InputError(
+                    f"{path}: input.{field} names column {column!r}, which the file does not have; "
+                    f"columns: {', '.join(available)}"
+                )
+    return paths
+
+
+def _column_names(fmt: str, path: str) -> list[str] | None:
+    try:
+        if fmt == "parquet":
+            return list(pq.read_schema(path).names)
+        if fmt == "csv":
+            with open(path, newline="", encoding="utf-8") as handle:
+                return [name.strip() for name in next(csv.reader(handle), [])]
+    except (OSError, pa.ArrowException, UnicodeDecodeError) as err:
+        raise InputError(f"{path}: cannot read the {fmt} header: {err}") from err
+    return None
+
+
+def list_chunks(spec: InputSpec) -> list[Chunk]:
+    """Every chunk of every input file (reads Parquet footers)."""
+    chunks: list[Chunk] = []
+    for path in files(spec):
+        if spec.format != "parquet":
+            chunks.append(Chunk(path))
+            continue
+        try:
+            metadata = pq.ParquetFile(path).metadata
+        except (OSError, pa.ArrowException) as err:
+            raise InputError(f"{path}: not a readable Parquet file: {err}") from err
+        first = 0
+        for group in range(metadata.num_row_groups):
+            chunks.append(Chunk(path, group, first))
+            first += metadata.row_group(group).num_rows
+    return chunks
+
+
+def read_chunk(spec: InputSpec, chunk: Chunk) -> Iterator[pa.RecordBatch]:
+    """The chunk's events as record batches in EVENT_SCHEMA."""
+    if spec.format == "parquet":
+        yield from _read_parquet(spec, chunk)
+    elif spec.format == "csv":
+        yield from _read_csv(spec, chunk)
+    else:
+        yield from _read_jsonl(spec, chunk)
+
+
+def read_events(spec: InputSpec) -> Iterator[pa.RecordBatch]:
+    """All events of the input, chunk after chunk (outside Beam: tests, notebooks)."""
+    for chunk in list_chunks(spec):
+        yield from read_chunk(spec, chunk)
+
+
+# -- formats ---------------------------------------------------------------------------------------
+
+
+def _read_parquet(spec: InputSpec, chunk: Chunk) -> Iterator[pa.RecordBatch]:
+    columns = list(dict.fromkeys(spec.columns.values()))
+    try:
+        table = pq.ParquetFile(chunk.path).read_row_group(chunk.row_group, columns=columns)
+    except (OSError, pa.ArrowException) as err:
+        raise InputError(f"{chunk.path}: row group {chunk.row_group}: cannot read: {err}") from err
+    yield to_events(table, spec, chunk.path, lambda i: chunk.first_row + i + 1)
+
+
+def _read_csv(spec: InputSpec, chunk: Chunk) -> Iterator[pa.RecordBatch]:
+    columns = list(dict.fromkeys(spec.columns.values()))
+    convert = pacsv.ConvertOptions(
+        include_columns=columns,
+        column_types={name: pa.string() for name in columns},
+        strings_can_be_null=True,
+        quoted_strings_can_be_null=False,
+    )
+    first = 0
+    try:
+        reader = pacsv.open_csv(
+            chunk.path, read_options=pacsv.ReadOptions(block_size=CSV_BLOCK_BYTES), convert_options=convert
+        )
+        for batch in reader:
+            start = first
+            yield to_events(pa.Table.from_batches([batch]), spec, chunk.path, lambda i: start + i + 2)
+            first += batch.num_rows
+    except pa.ArrowInvalid as err:
+        raise _locate_csv_error(chunk.path, err) from err
+
+
+def _locate_csv_error(path: str, err: Exception) -> InputError:
+    """Find the first line whose field count differs from the header's (error path only)."""
+    with open(path, newline="", encoding="utf-8", errors="replace") as handle:
+        reader = csv.reader(handle)
+        width = len(next(reader, []))
+        try:
+            for fields in reader:
+                if fields and len(fields) != width:
+                    return InputError(f"{path}:{reader.line_num}: expected {width} fields, got {len(fields)}")
+        except csv.Error as bad:
+            return InputError(f"{path}:{reader.line_num}: {bad}")
+    return InputError(f"{path}: cannot read as CSV: {_first_line(err)}")
+
+
+def _first_line(err: Exception) -> str:
+    return str(err).strip().splitlines()[0]
+
+
+def _read_jsonl(spec: InputSpec, chunk: Chunk) -> Iterator[pa.RecordBatch]:
+    try:
+        table = pajson.read_json(chunk.path)
+    except pa.ArrowInvalid as err:
+        if "changed from" not in str(err):
+            raise _locate_json_error(chunk.path, err) from err
+        table = _read_jsonl_mixed(chunk.path, spec)
+    missing = [column for column in spec.columns.values() if column not in table.column_names]
+    if missing:
+        raise InputError(f"{chunk.path}:1: column {missing[0]!r}: missing key (present: {', '.join(table.column_names)})")
+    lines = _jsonl_line_numbers(chunk.path) if table.num_rows else np.zeros(0, dtype=np.int64)
+    yield to_events(table, spec, chunk.path, lambda i: int(lines[i]))
+
+
+def _jsonl_line_numbers(path: str) -> np.ndarray:
+    """1-based line numbers of the non-blank lines (pyarrow skips blank lines)."""
+    with open(path, "rb") as handle:
+        return np.array([n for n, line in enumerate(handle, 1) if line.strip()], dtype=np.int64)
+
+
+def _read_jsonl_mixed(path: str, spec: InputSpec) -> pa.Table:
+    """Slow path, line by line, for a key whose JSON type changes between lines (e.g. ids as numbers and strings)."""
+    records, lines = [], []
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as bad:
+                raise InputError(f"{path}:{number}: not valid JSON: {bad.msg}") from bad
+            if not isinstance(record, dict):
+                raise InputError(f"{path}:{number}: expected a JSON object, got {type(record).__name__}")
+            records.append(record)
+            lines.append(number)
+    arrays = {}
+    for field, column in spec.columns.items():
+        values = [record.get(column) for record in records]
+        if field in ("user", "partition"):
+            values = [v if v is None or isinstance(v, str) else json.dumps(v) for v in values]
+        try:
+            arrays[column] = pa.array(values)
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            first = next(v for v in values if v is not None)
+            index = next(i for i, v in enumerate(values) if v is not None and isinstance(v, str) != isinstance(first, str))
+            raise InputError(
+                f"{path}:{lines[index]}: column {column!r}: mixed JSON types, got {values[index]!r} after {first!r}"
+            ) from None
+    return pa.table(arrays)
+
+
+def _locate_json_error(path: str, err: Exception) -> InputError:
+    """Find the first line that pyarrow refused, reading line by line (error path only)."""
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as bad:
+                return InputError(f"{path}:{number}: not valid JSON: {bad.msg}")
+            if not isinstance(record, dict):
+                return InputError(f"{path}:{number}: expected a JSON object, got {type(record).__name__}")
+    return InputError(f"{path}: cannot read as JSON lines: {_first_line(err)}")
+
+
+# -- conversion ------------------------------------------------------------------------------------
+
+
+def to_events(table: pa.Table, spec: InputSpec, path: str, row_of) -> pa.RecordBatch:
+    """Mapped columns of `table` -> one EVENT_SCHEMA batch; `row_of(i)` gives the row number to report."""
+
+    def convert(field: str, function):
+        column = spec.columns[field]
+        try:
+            return function(table.column(column).combine_chunks())
+        except RowError as err:
+            raise InputError(f"{path}:{row_of(err.index)}: column {column!r}: {err.problem}") from err
+
+    n = table.num_rows
+    user = convert("user", _keys)
+    partition = convert("partition", _keys)
+    micros = convert("timestamp", lambda a: timestamps.to_micros(a, spec.timestamp_format, spec.timezone))
+    value = convert("value", _values) if spec.value is not None else np.ones(n, dtype=np.float64)
+    return pa.RecordBatch.from_arrays(
+        [user, pa.array(micros, pa.int64()), partition, pa.array(value, pa.float64())], schema=EVENT_SCHEMA
+    )
+
+
+def _keys(values: pa.Array) -> pa.Array:
+    if values.null_count:
+        raise RowError(int(np.flatnonzero(pc.is_null(values).to_numpy(zero_copy_only=False))[0]), "missing value")
+    if pa.types.is_floating(values.type):
+        whole = pc.equal(values, pc.floor(values)).to_numpy(zero_copy_only=False)
+        if not whole.all():
+            index = int(np.flatnonzero(~whole)[0])
+            raise RowError(index, f"expected a key (string or integer), got {values[index].as_py()!r}")
+        values = values.cast(pa.int64())
+    try:
+        return values.cast(pa.string())
+    except pa.ArrowNotImplementedError as err:
+        raise RowError(0, f"expected a key (string or integer), got a column of type {values.type}") from err
+
+
+def _values(values: pa.Array) -> np.ndarray:
+    if values.null_count:
+        raise RowError(int(np.flatnonzero(pc.is_null(values).to_numpy(zero_copy_only=False))[0]), "missing value")
+    if pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
+        text = pd.Series(values.to_pylist(), dtype=object)
+        numbers = pd.to_numeric(text.str.strip(), errors="coerce").to_numpy(dtype=np.float64)
+        bad = np.isnan(numbers)
+        if bad.any():
+            index = int(np.flatnonzero(bad)[0])
+            raise RowError(index, f"cannot parse {text.iloc[index]!r} as a number")
+    elif pa.types.is_integer(values.type) or pa.types.is_floating(values.type) or pa.types.is_boolean(values.type):
+        numbers = values.cast(pa.float64()).to_numpy(zero_copy_only=False)
+    else:
+        raise RowError(0, f"expected numbers, got a column of type {values.type}")
+    finite = np.isfinite(numbers)
+    if not finite.all():
+        index = int(np.flatnonzero(~finite)[0])
+        raise RowError(index, f"{numbers[index]!r} is not a finite number")
+    return numbers

@@ -1,0 +1,86 @@
+"""Write released rows to Parquet (default), CSV or JSONL, and read them back.
+
+A release is small (one row per window and partition at most), so it is
+written as one file. Rows are sorted on every column first, so the same
+release always gives the same bytes. Rows are plain dicts of str, int, float
+or bool values (None allowed); lists (e.g. a top-k list) are kept as lists in
+Parquet and JSONL and written as JSON text in CSV.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from typing import Any, Iterable
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.json as pajson
+import pyarrow.parquet as pq
+
+FORMATS = ("parquet", "csv", "jsonl")
+EXTENSIONS = {"parquet": ".parquet", "csv": ".csv", "jsonl": ".jsonl"}
+
+
+def release_path(directory: str, name: str, fmt: str) -> str:
+    """Where release `name` goes: DIRECTORY/NAME.EXT."""
+    return os.path.join(directory, name + EXTENSIONS[fmt])
+
+
+def _sort_key(row: dict[str, Any], columns: list[str]) -> tuple:
+    return tuple((row.get(c) is None, json.dumps(row.get(c), sort_keys=True) if isinstance(row.get(c), (list, dict)) else row.get(c)) for c in columns)
+
+
+def rows_to_table(rows: Iterable[dict[str, Any]]) -> pa.Table:
+    """Rows -> an Arrow table with columns in first-seen order, sorted on every column."""
+    rows = list(rows)
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+    rows.sort(key=lambda row: _sort_key(row, columns))
+    return pa.Table.from_pylist(rows, schema=None) if rows else pa.table({})
+
+
+def write_rows(rows: Iterable[dict[str, Any]], path: str, fmt: str = "parquet") -> int:
+    """Write the rows to `path` atomically (temporary file, then rename); returns the row count."""
+    if fmt not in FORMATS:
+        raise ValueError(f"output.format must be one of {list(FORMATS)}, got {fmt!r}")
+    table = rows_to_table(rows)
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=directory, prefix=".writing-", suffix=EXTENSIONS[fmt])
+    os.close(handle)
+    try:
+        if fmt == "parquet":
+            pq.write_table(table, temporary)
+        elif fmt == "csv":
+            pacsv.write_csv(_lists_as_json(table), temporary)
+        else:
+            with open(temporary, "w", encoding="utf-8") as out:
+                for row in table.to_pylist():
+                    out.write(json.dumps(row, sort_keys=False) + "\n")
+        os.replace(temporary, path)
+    except BaseException:
+        os.unlink(temporary)
+        raise
+    return table.num_rows
+
+
+def _lists_as_json(table: pa.Table) -> pa.Table:
+    for index, field in enumerate(table.schema):
+        if pa.types.is_list(field.type) or pa.types.is_large_list(field.type) or pa.types.is_struct(field.type):
+            text = pa.array([None if v is None else json.dumps(v) for v in table.column(index).to_pylist()], pa.string())
+            table = table.set_column(index, field.name, text)
+    return table
+
+
+def read_rows(path: str, fmt: str | None = None) -> pa.Table:
+    """A release file back as an Arrow table (format from the extension unless given)."""
+    fmt = fmt or next((f for f, ext in EXTENSIONS.items() if path.endswith(ext)), None)
+    if fmt == "parquet":
+        return pq.read_table(path)
+    if fmt == "csv":
+        return pacsv.read_csv(path)
+    if fmt == "jsonl":
+        if os.path.getsize(path) == 0:
+            return pa.table({})
+        return pajson.read_json(path)
+    raise ValueError(f"cannot tell the format of {path!r}; expected one of {list(EXTENSIONS.values())}")
