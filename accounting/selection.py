@@ -23,20 +23,20 @@ which implies approximate DP with the same (epsilon, delta)).
 
 Numerics. Every pure bound is log E[exp(sum_j n_j log Phi(s_j x + c_j))] over
 x ~ N(0, 1), differenced between the two worst-case datasets. The integrand is
-log-concave (log Phi is concave), so it has one mode, found by safeguarded
-Newton, and its curvature is at least 1 everywhere. `_log_gaussian_expectation`
-splits each side of the mode at the points where the log integrand has dropped
-by L_max (k/K)^2, k = 1..K: for a Gaussian these are equally spaced, for a
-sharp one-sided cut-off (large t, small sigma_query) they crowd where the
-integrand falls. Each piece gets a Gauss–Legendre rule; everything past a drop
-of L_max = 60 is below e^-60 of the peak and is dropped (the bound of
-`_TAIL_FRACTION`). The sum is formed relative to the peak, so nothing underflows
-for t up to 10^6 or d up to 10^7. The returned epsilon is rounded up by
-`_EPSILON_SLACK` (relative) + `_EPSILON_FLOOR` (absolute), well above the
-quadrature error measured against a 40-digit mpmath evaluation
+log-concave (log Phi is concave) with curvature at least 1, so it has one mode,
+found by safeguarded Newton. `_log_gaussian_expectation` cuts each side of the
+mode where the log integrand has dropped by 60 (k/10)^2, k = 1..10 (equally
+spaced for a Gaussian, crowded where a sharp cut-off falls, e.g. large t and
+small sigma_query). Past a drop of 60 the remaining mass is below e^-55 of the
+total (a log-concave tail falls at least as fast as its chord), so it is
+dropped. Each panel gets a 12-point Gauss–Legendre rule and is halved until
+halving changes it by at most 1e-13 of the row's total; sums are formed
+relative to the peak, so nothing underflows (t up to 10^6, d up to 10^7 tested).
+The returned epsilon is rounded up by 1e-9 relative plus 1e-12 absolute plus
+1e-14 per unit of |log E| (float rounding of large log-expectations), orders
+of magnitude above the error measured against a 40-digit mpmath oracle
 (tests/accounting/test_selection.py, benchmarks/selection.py).
-Runtime: O(K * nodes) numpy work per t value, vectorised over arrays of t or d;
-about 0.2-0.5 ms per scalar call.
+Runtime: about 0.5 ms per scalar call; vectorised over arrays of t or d.
 """
 from __future__ import annotations
 
@@ -58,9 +58,7 @@ _MAX_REFINEMENTS = 40
 _PANEL_TOLERANCE = 1e-13
 _LEVEL_ITERATIONS = 60
 
-# Upward rounding of every reported epsilon. The quadrature error measured
-# against mpmath (40 digits) over the test grid is below 1e-12 absolute in
-# each log-expectation; the slack is orders of magnitude above it.
+# Upward rounding of every reported epsilon (module docstring).
 _EPSILON_SLACK = 1e-9
 _EPSILON_FLOOR = 1e-12
 _ROUNDING_PER_LOG = 1e-14  # float rounding in a log-expectation of size |log E|
@@ -123,7 +121,8 @@ def _mode(f):
         # A Newton point outside the bracket is replaced by the midpoint; the
         # bracket is finite on both sides whenever that happens.
         outside = (proposal < lo) | (proposal > hi)
-        x = np.where(done, x, np.where(outside, 0.5 * (lo + hi), proposal))
+        with np.errstate(invalid="ignore"):  # the midpoint of an unbounded bracket is never selected
+            x = np.where(done, x, np.where(outside, 0.5 * (lo + hi), proposal))
     raise ArithmeticError(f"mode search for the selection-bound integrand did not converge in {_MODE_ITERATIONS} steps")
 
 
@@ -336,8 +335,24 @@ def above_threshold_expost_epsilon(
     return _rounded_up_log_ratio(log_values[: flat.size], log_values[flat.size :], t)
 
 
-def _zhu_wang_terms(owner, sigma_threshold, sigma_query, threshold, sensitivity, lower):
-    """(A, B) with eps_RDP(alpha) = A alpha + B / (alpha - 1), after checking Zhu–Wang's conditions."""
+def _log_stopping_moments(gammas, sigma_x, sigma_z, margin):
+    """log E_{x~N(0,1)}[Phi(-(margin + sigma_x x)/sigma_z)^(-gamma)] for each gamma, rounded up.
+
+    This is log E[E[T|x]^gamma] for the all-`lower` query stream, the worst
+    case over queries >= lower: there E[T|x] = 1/Phi(-(margin + sigma_x x)/sigma_z),
+    and any other stream stops at least as fast. Finite, with a strictly
+    log-concave integrand, when gamma sigma_x^2 < sigma_z^2.
+    """
+    gammas = np.asarray(gammas, dtype=float)
+    ratio = sigma_x / sigma_z
+    log_moment = _log_gaussian_expectation(
+        -gammas[:, None], np.full((gammas.size, 1), -ratio), np.full((gammas.size, 1), -margin / sigma_z)
+    )
+    return log_moment + _EPSILON_SLACK * np.abs(log_moment) + _EPSILON_FLOOR
+
+
+def _zhu_wang_terms(owner, gammas, sigma_threshold, sigma_query, threshold, sensitivity, lower):
+    """(A, B) per gamma, with eps_RDP(alpha) = A alpha + B / (alpha - 1), after checking the arguments."""
     sigma_x = _require_positive(owner, "sigma_threshold", sigma_threshold)
     sigma_z = _require_positive(owner, "sigma_query", sigma_query)
     rho = _require_finite(owner, "threshold", threshold)
@@ -345,73 +360,95 @@ def _zhu_wang_terms(owner, sigma_threshold, sigma_query, threshold, sensitivity,
     sensitivity = _require_finite(owner, "sensitivity", sensitivity)
     if sensitivity < 0:
         raise ValueError(f"{owner}: sensitivity must be >= 0, got {sensitivity!r}")
-    if sigma_z < math.sqrt(3.0) * sigma_x:
+    gammas = np.asarray(gammas, dtype=float)
+    limit = (sigma_z / sigma_x) ** 2
+    if not np.all((gammas > 1) & (gammas < limit)):
         raise ValueError(
-            f"{owner}: Zhu–Wang's bound needs sigma_query >= sqrt(3) * sigma_threshold = "
-            f"{math.sqrt(3.0) * sigma_x!r}, got sigma_query={sigma_z!r}"
+            f"{owner}: gamma must lie in (1, (sigma_query/sigma_threshold)^2) = (1, {limit!r}) "
+            f"for a finite stopping-time moment, got {gammas.tolist() if gammas.ndim else float(gammas)!r}"
         )
-    if rho < lower:
-        raise ValueError(f"{owner}: Zhu–Wang's bound needs threshold >= lower = {lower!r}, got threshold={rho!r}")
-    margin = (rho - lower) ** 2 / sigma_x**2
-    # log(1 + 2 sqrt(3) pi (1 + 9 m) e^m), m = (rho - lower)^2 / sigma_x^2, without overflow.
-    log_stopping = float(np.logaddexp(0.0, math.log(2.0 * math.sqrt(3.0) * math.pi) + math.log1p(9.0 * margin) + margin))
-    slope = sensitivity**2 / sigma_x**2 + 2.0 * sensitivity**2 / sigma_z**2
-    return slope, log_stopping / 2.0
+    slope = gammas / (gammas - 1.0) * sensitivity**2 / (2.0 * sigma_x**2) + 2.0 * sensitivity**2 / sigma_z**2
+    return slope, _log_stopping_moments(np.atleast_1d(gammas), sigma_x, sigma_z, rho - lower) / np.atleast_1d(gammas)
 
 
-def above_threshold_rdp(alpha, sigma_threshold, sigma_query, threshold, sensitivity, lower=0.0):
-    """Ex-ante RDP of Gaussian AboveThreshold (run until its first TOP, no cap on queries).
+def above_threshold_rdp(alpha, sigma_threshold, sigma_query, threshold, sensitivity, lower=0.0, gamma=2.0):
+    """Ex-ante RDP of Gaussian AboveThreshold run until its first TOP (no cap on the number of queries).
 
     Privacy: (alpha, eps)-RDP for neighbours on which every query moves by at
-    most `sensitivity`, with rho = threshold - lower,
-        eps = alpha D^2/sx^2 + 2 alpha D^2/sz^2 + log(1 + 2 sqrt(3) pi (1 + 9 rho^2/sx^2) e^(rho^2/sx^2)) / (2 (alpha - 1)),
-    sx = sigma_threshold, sz = sigma_query, D = sensitivity.
-    Proof: Zhu–Wang 2020 (general bound with gamma = 2 and their stopping-time
-    moment bound for non-negative queries), as restated in Lebensold–Precup–Balle
-    2024, Thm 7. Queries in [lower, inf) are shifted to non-negative ones by
-    subtracting `lower` from queries and threshold, which leaves the
-    mechanism's output unchanged (docs/proofs/selection.above_threshold_rdp.md).
-    Checks: alpha > 1 (scalar or array); sigma_query >= sqrt(3) sigma_threshold > 0;
-    threshold >= lower; sensitivity >= 0.
+    most `sensitivity` (D), queries >= lower, sx = sigma_threshold, sz = sigma_query:
+        eps = (gamma/(gamma-1)) alpha D^2/(2 sx^2) + 2 alpha D^2/sz^2 + log E_x[E[T|x]^gamma] / (gamma (alpha - 1)).
+    Proof: Zhu–Wang 2020 general bound, as restated in Lebensold–Precup–Balle
+    2024 Thm 6, with the stopping-time moment evaluated exactly for the worst
+    stream (every query at `lower`: E[T|x] = 1/Phi(-(threshold - lower + x)/sz),
+    x ~ N(0, sx^2); any stream of queries >= lower stops at least as fast).
+    With gamma = 2 this replaces the closed-form moment bound of LPB Thm 7,
+    1 + 2 sqrt(3) pi (1 + 9 m) e^m with m = (threshold - lower)^2/sx^2, which is
+    smaller than the moment it bounds when (threshold - lower)/sx < 0.36 and
+    sz = sqrt(3) sx (at threshold = lower: 11.88 against 12.96), so Thm 7 as
+    printed is not used; elsewhere the exact moment is smaller than Thm 7's
+    (docs/proofs/selection.above_threshold_rdp.md, tests).
+    Checks: alpha > 1 (scalar or array); sigmas > 0; 1 < gamma < (sz/sx)^2 (finite
+    moment; Zhu–Wang's sz >= sqrt(3) sx is not needed); sensitivity >= 0;
+    threshold and lower finite (any threshold, also below lower).
     Caller must ensure: every query is >= lower with sensitivity at most `sensitivity`.
-    Numerics: closed form; the log term via logaddexp (no overflow for large rho/sx).
-    Runtime: O(1) per alpha.
+    Numerics: the moment by the module's log-space quadrature, rounded up.
+    Runtime: about 0.5 ms, then O(1) per alpha.
     """
     owner = "above_threshold_rdp"
-    slope, stopping = _zhu_wang_terms(owner, sigma_threshold, sigma_query, threshold, sensitivity, lower)
     try:
         orders = np.asarray(alpha, dtype=float)
+        gamma_value = float(gamma)
     except (TypeError, ValueError) as err:
-        raise ValueError(f"{owner}: alpha must be a number > 1 or an array of them, got {alpha!r}") from err
-    if orders.size == 0 or not np.all(orders > 1) or np.any(np.isnan(orders)):
-        raise ValueError(f"{owner}: alpha must be a number > 1 or an array of them, got {alpha!r}")
-    with np.errstate(invalid="ignore"):
-        value = np.where(np.isinf(orders), np.inf if slope > 0 else stopping * 0.0, slope * orders + stopping / (orders - 1.0))
+        raise ValueError(f"{owner}: alpha must be a number > 1 or an array of them and gamma a number, got alpha={alpha!r}, gamma={gamma!r}") from err
+    if orders.size == 0 or not np.all(orders > 1) or np.any(np.isnan(orders)) or np.any(np.isinf(orders)):
+        raise ValueError(f"{owner}: alpha must be a finite number > 1 or an array of them, got {alpha!r}")
+    slope, stopping = _zhu_wang_terms(owner, gamma_value, sigma_threshold, sigma_query, threshold, sensitivity, lower)
+    value = slope * orders + stopping[0] / (orders - 1.0)
     return float(value) if value.ndim == 0 else value
 
 
-def above_threshold_pdp_epsilon(delta, sigma_threshold, sigma_query, threshold, sensitivity, lower=0.0):
-    """Probabilistic DP epsilon of Gaussian AboveThreshold from Zhu–Wang's RDP, optimised over alpha.
+_GAMMA_GRID = 1.0 + np.geomspace(0.02, 0.98, 40)  # 1 + fraction of the way from 1 to (sz/sx)^2
 
-    Privacy: (epsilon, delta)-pDP (Pr over M(D) of a privacy loss above epsilon
-    is at most delta), hence (epsilon, delta)-DP; neighbours as in `above_threshold_rdp`.
-    Proof: an (alpha, eps)-RDP mechanism is (eps + log(1/delta)/(alpha - 1), delta)-pDP
-    (Markov's inequality on exp((alpha - 1) L); Mironov 2017, restated in
-    Lebensold–Precup–Balle 2024 Sec 2). With eps(alpha) = A alpha + B/(alpha - 1)
-    the total A alpha + C/(alpha - 1), C = B + log(1/delta), is smallest at
-    alpha = 1 + sqrt(C/A), where it equals A + 2 sqrt(A C) (A = 0 gives 0).
-    This is the eps_max FSRC needs to admit an instance (LPB Algorithm 4).
+
+def above_threshold_pdp_epsilon(delta, sigma_threshold, sigma_query, threshold, sensitivity, lower=0.0, gamma=None):
+    """Probabilistic DP epsilon of Gaussian AboveThreshold from its RDP, optimised over alpha (and gamma).
+
+    Privacy: (epsilon, delta)-pDP (the privacy loss exceeds epsilon with
+    probability at most delta), hence (epsilon, delta)-DP; neighbours and
+    queries as in `above_threshold_rdp`. This is the eps_max with which the
+    FSRC filter admits an instance (Lebensold–Precup–Balle 2024, Algorithm 4).
+    Proof: (alpha, eps)-RDP implies (eps + log(1/delta)/(alpha - 1), delta)-pDP
+    (Markov's inequality on exp((alpha - 1) L); Mironov 2017, restated in LPB
+    Sec 2). For fixed gamma, eps(alpha) = A alpha + B/(alpha - 1) (see
+    `above_threshold_rdp`), so with C = B + log(1/delta) the best order is
+    alpha = 1 + sqrt(C/A) and the value A + 2 sqrt(A C) (A = 0 gives 0).
+    `gamma=None` takes the smallest value over 40 fixed gammas spread over
+    (1, (sz/sx)^2); every gamma gives a valid guarantee and the grid depends
+    only on public parameters (docs/proofs/selection.above_threshold_rdp.md).
     Checks: 0 < delta < 1, and those of `above_threshold_rdp`.
     Caller must ensure: as for `above_threshold_rdp`.
-    Numerics: closed form, rounded up by a few ulps.
-    Runtime: O(1).
+    Numerics: the stopping-time moments in one vectorised quadrature call,
+    rounded up; the result rounded up by a few ulps.
+    Runtime: about 1-3 ms with gamma=None, 0.5 ms for a fixed gamma.
     """
     owner = "above_threshold_pdp_epsilon"
     if not (isinstance(delta, (int, float, np.integer, np.floating)) and 0 < delta < 1):
         raise ValueError(f"{owner}: delta must lie in (0, 1), got {delta!r}")
-    slope, stopping = _zhu_wang_terms(owner, sigma_threshold, sigma_query, threshold, sensitivity, lower)
-    if slope == 0.0:
+    sigma_x = _require_positive(owner, "sigma_threshold", sigma_threshold)
+    sigma_z = _require_positive(owner, "sigma_query", sigma_query)
+    if gamma is None:
+        gammas = 1.0 + (_GAMMA_GRID - 1.0) * ((sigma_z / sigma_x) ** 2 - 1.0)
+        gammas = gammas[gammas > 1.0]
+        if gammas.size == 0:
+            raise ValueError(
+                f"{owner}: needs sigma_query > sigma_threshold for a finite stopping-time moment, "
+                f"got sigma_threshold={sigma_x!r}, sigma_query={sigma_z!r}"
+            )
+    else:
+        gammas = gamma
+    slope, stopping = _zhu_wang_terms(owner, gammas, sigma_x, sigma_z, threshold, sensitivity, lower)
+    if np.all(slope == 0.0):
         return 0.0
     constant = stopping + math.log(1.0 / delta)
-    epsilon = slope + 2.0 * math.sqrt(slope * constant)
+    epsilon = float(np.min(slope + 2.0 * np.sqrt(slope * constant)))
     return epsilon * (1.0 + 8.0 * np.finfo(float).eps)
