@@ -156,6 +156,7 @@ class TopKPlan:
     epsilon: float
     sensitivity: float
     event: Event  # one window: SelfComposed(BoundedRange(epsilon), k)
+    max_partitions: int
     count_sigma: float | None = None
     count_sensitivity: float | None = None
     count_event: Event | None = None
@@ -345,15 +346,14 @@ def plan_job(
             noise, _ = grid_noise(noise, event.sensitivity, integral, bounds.max_partitions, norm)
             planned.append(HistogramPlan(spec, spec.noise, windows, noise, event.sensitivity, bounds.max_partitions, event))
         elif spec.kind == "topk":
-            topk_event = SelfComposed(event, spec.k)
+            selection = (spec, windows, event.epsilon, score_range(bounds), SelfComposed(event, spec.k), bounds.max_partitions)
             if spec.counts:
                 count_event = by_name[f"{spec.name}.counts"].event
                 sigma, _ = grid_noise(count_event.sigma, count_event.sensitivity, integral,
                                       min(spec.k, bounds.max_partitions), 2)
-                planned.append(TopKPlan(spec, windows, event.epsilon, score_range(bounds), topk_event,
-                                        sigma, count_event.sensitivity, count_event))
+                planned.append(TopKPlan(*selection, sigma, count_event.sensitivity, count_event))
             else:
-                planned.append(TopKPlan(spec, windows, event.epsilon, score_range(bounds), topk_event))
+                planned.append(TopKPlan(*selection))
         else:
             sensitivity = bounds.l1 / spec.maximum
             sigma = _peak_sigma(sizes[spec.name], event.epsilon, sensitivity)

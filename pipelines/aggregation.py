@@ -1,0 +1,64 @@
+"""Per-window aggregation: one per-partition sum vector per window of the public range, empty windows included.
+
+Every window index in [0, WindowSpec.count) gets an element, even when no
+record fell into it: the set of windows released is public and must not
+depend on the data (a window that appears only when someone was active would
+reveal that someone was). Sums of the user shards of a window are added here.
+"""
+from __future__ import annotations
+
+import apache_beam as beam
+import pandas as pd
+
+from pipelines.spec import WindowSpec
+from pipelines.windowing import AttachWindowTimestamp, beam_windows
+
+
+def empty_sums() -> pd.Series:
+    return pd.Series([], dtype="int64", index=pd.Index([], dtype=object))
+
+
+class SumSeriesFn(beam.CombineFn):
+    """Adds per-partition sum vectors (pandas Series indexed by partition); missing partitions count 0.
+
+    Stateless; the accumulator is a list of Series, compacted on merge.
+    """
+
+    def create_accumulator(self):
+        return []
+
+    def add_input(self, accumulator, element):
+        return [*accumulator, element]
+
+    def merge_accumulators(self, accumulators):
+        parts = [series for accumulator in accumulators for series in accumulator]
+        return [self.extract_output(parts)]
+
+    def extract_output(self, accumulator):
+        parts = [series for series in accumulator if len(series)]
+        if not parts:
+            return empty_sums()
+        if len(parts) == 1:
+            return parts[0].sort_index()
+        return pd.concat(parts).groupby(level=0, sort=True).sum()
+
+
+class PerWindowSums(beam.PTransform):
+    """(window index, partial sums) -> (window index, sums) for every window of the public range, in its Beam window."""
+
+    def __init__(self, window: WindowSpec):
+        super().__init__()
+        self._window = window
+
+    def expand(self, partials):
+        every_window = (
+            partials.pipeline
+            | "Public windows" >> beam.Create([(index, empty_sums()) for index in range(self._window.count)])
+            | "Timestamp public windows" >> beam.ParDo(AttachWindowTimestamp(self._window))
+            | "Window public windows" >> beam.WindowInto(beam_windows(self._window))
+        )
+        return (
+            (partials, every_window)
+            | "With empty windows" >> beam.Flatten()
+            | "Sum per window" >> beam.CombinePerKey(SumSeriesFn())
+        )

@@ -1,0 +1,46 @@
+"""The release graph of a job: one private transform per planned release, applied to the event batches.
+
+`private_releases` is the entry point the job runner calls after the plan was
+debited from the ledger: it only wires transforms with the plan's numbers, so
+nothing data-dependent can fail or spend here.
+"""
+from __future__ import annotations
+
+import apache_beam as beam
+
+from pipelines.histogram import PrivateHistogram
+from pipelines.peak import PeakWindow
+from pipelines.planning import HistogramPlan, JobPlan, PeakPlan, TopKPlan
+from pipelines.spec import ContributionBounds, ReleaseSpec, WindowSpec
+from pipelines.topk import PrivateTopK
+
+_TRANSFORMS = {HistogramPlan: PrivateHistogram, TopKPlan: PrivateTopK, PeakPlan: PeakWindow}
+
+
+def private_releases(
+    batches: beam.PCollection,
+    releases: tuple[ReleaseSpec, ...],
+    plan: JobPlan,
+    bounds: ContributionBounds,
+    window: WindowSpec,
+    seed: int | None,
+    shards: int = 1,
+) -> dict[str, beam.PCollection]:
+    """Release name -> PCollection of plain dict rows, for every release of the job.
+
+    `batches`: pyarrow RecordBatches in EVENT_SCHEMA. `plan`: from `planning.plan_job`
+    with the same releases, bounds and window. `seed`: None in production (OS
+    CSPRNG); an integer only in tests, where every (release, window) noise
+    stream and every sampling key is derived from it, so batch and streaming
+    runs give the same rows.
+    """
+    if plan.bounds != bounds or plan.window != window:
+        raise ValueError(f"the plan was made for bounds={plan.bounds} and window={plan.window}, got bounds={bounds} and window={window}")
+    outputs = {}
+    for spec in releases:
+        planned = plan[spec.name]
+        if planned.spec != spec:
+            raise ValueError(f"release {spec.name!r} differs from the planned one: planned {planned.spec}, got {spec}")
+        transform = _TRANSFORMS[type(planned)](planned, bounds, window, seed, shards)
+        outputs[spec.name] = batches | f"Release {spec.name}" >> transform
+    return outputs

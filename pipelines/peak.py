@@ -1,0 +1,102 @@
+"""`PeakWindow`: per period, the window with the largest total, by Gaussian report-noisy-max.
+
+A period groups `windows_per_period` consecutive windows (e.g. the days of a
+30-day period). Each window's total (the sum over partitions of the bounded
+sums) is divided by the release's public maximum and clipped to [0, 1]; the
+index of the largest total plus N(0, sigma^2) is released
+(`mechanisms.report_noisy_max`). Only the window is released, never a value.
+
+Privacy: one user moves a window total by at most L1 = L0 Linf, so a
+normalised total by at most L1 / maximum; per period PureDP(epsilon) with
+epsilon = `accounting.selection.report_noisy_max_epsilon` (Lebensold–Precup–Balle
+Thm 8), at most the planned epsilon (sigma solved by `planning.plan_job`).
+A period with a single window releases that window, which is data-independent
+and costs nothing.
+Caller must ensure: maximum is public; `seed` only in tests.
+Runtime: one quadrature per distinct period size (memoised), O(windows) noise.
+"""
+from __future__ import annotations
+
+import apache_beam as beam
+import numpy as np
+
+from pipelines import mechanisms
+from pipelines.aggregation import PerWindowSums
+from pipelines.bounding import BoundContributions
+from pipelines.planning import PeakPlan
+from pipelines.spec import ContributionBounds, WindowSpec
+from pipelines.windowing import beam_windows, iso, release_rng, window_bounds_iso, window_timestamp
+
+
+def peak_release(plan: PeakPlan, totals: np.ndarray, rng) -> tuple[int, mechanisms.Release | None]:
+    """(position of the released window within its period, the release or None for a one-window period)."""
+    if totals.size < 2:
+        return 0, None
+    release = mechanisms.report_noisy_max(totals / plan.spec.maximum, plan.sigma, rng,
+                                          sensitivity=plan.sensitivity, lower=0.0, upper=1.0)
+    return release.value, release
+
+
+class _ToPeriod(beam.DoFn):
+    def __init__(self, per_period: int, window: WindowSpec):
+        self._per_period = per_period
+        self._window = window
+
+    def process(self, element):
+        index, sums = element
+        period = index // self._per_period
+        last = period * self._per_period + self._per_period - 1
+        yield beam.window.TimestampedValue((period, (index, sums.sum())), window_timestamp(self._window, last))
+
+
+class _PeakMechanism(beam.DoFn):
+    def __init__(self, plan: PeakPlan, window: WindowSpec, seed: int | None):
+        self._plan = plan
+        self._window = window
+        self._seed = seed
+
+    def process(self, element):
+        period, windows = element
+        ordered = sorted(windows)
+        totals = np.array([float(total) for _, total in ordered])
+        position, _ = peak_release(self._plan, totals, release_rng(self._seed, self._plan.name, period))
+        start, end = window_bounds_iso(self._window, ordered[position][0])
+        period_start = self._window.start + period * self._plan.spec.period
+        yield {"release": self._plan.name, "period_start": iso(period_start),
+               "period_end": iso(period_start + self._plan.spec.period), "window_start": start, "window_end": end,
+               "noise_stddev": self._plan.sigma * self._plan.spec.maximum}
+
+
+class PeakWindow(beam.PTransform):
+    """Record batches -> dict rows (release, period_start, period_end, window_start, window_end, noise_stddev).
+
+    noise_stddev is sigma in the units of the totals (sigma * maximum).
+    """
+
+    def __init__(self, plan: PeakPlan, bounds: ContributionBounds, window: WindowSpec,
+                 seed: int | None = None, shards: int = 1):
+        super().__init__()
+        self._plan = plan
+        self._bounds = bounds
+        self._window = window
+        self._seed = seed
+        self._shards = shards
+
+    def default_label(self) -> str:
+        return f"PeakWindow({self._plan.name}, {self._plan.windows_per_period} windows per period)"
+
+    def display_data(self):
+        return {"release": self._plan.name, "sigma": self._plan.sigma, "epsilon_per_period": self._plan.epsilon,
+                "maximum": self._plan.spec.maximum, "periods": len(self._plan.period_sizes)}
+
+    def expand(self, batches):
+        per_period = self._plan.windows_per_period
+        return (
+            batches
+            | "Bound contributions" >> BoundContributions(self._bounds, self._window, None, self._seed, self._shards)
+            | "Sum per window" >> PerWindowSums(self._window)
+            | "Total per window" >> beam.ParDo(_ToPeriod(per_period, self._window))
+            | "Window periods" >> beam.WindowInto(beam_windows(self._window, per_period))
+            | "Group per period" >> beam.GroupByKey()
+            | "Report noisy max" >> beam.ParDo(_PeakMechanism(self._plan, self._window, self._seed))
+        )
