@@ -428,6 +428,18 @@ def laplace_report_noisy_max(
     return _release(owner, index, PureDP(epsilon), scale=scale, sensitivity=sensitivity, monotone=bool(monotone))
 
 
+def laplace_above_threshold_epsilon(
+    scale_threshold: float, scale_query: float, sensitivity: float, monotone: bool = False
+) -> float:
+    """Pure epsilon of one Laplace AboveThreshold instance (see `laplace_above_threshold`).
+
+    epsilon = sensitivity/scale_threshold + 2 sensitivity/scale_query, or
+    sensitivity/scale_threshold + sensitivity/scale_query for monotone values
+    (Lyu–Su–Li 2017, Thm 2 and its monotone remark). Public parameters only.
+    """
+    return sensitivity / scale_threshold + (1.0 if monotone else 2.0) * sensitivity / scale_query
+
+
 def laplace_above_threshold(
     values,
     scale_threshold: float,
@@ -463,7 +475,7 @@ def laplace_above_threshold(
     noisy_threshold = threshold + _laplace_noise(rng, scale_threshold, 1)[0]
     tops = np.flatnonzero(array + _laplace_noise(rng, scale_query, array.size) >= noisy_threshold)
     index = int(tops[0]) if tops.size else None
-    epsilon = sensitivity / scale_threshold + (1.0 if monotone else 2.0) * sensitivity / scale_query
+    epsilon = laplace_above_threshold_epsilon(scale_threshold, scale_query, sensitivity, monotone)
     return _release(
         owner, index, PureDP(epsilon), scale_threshold=scale_threshold, scale_query=scale_query,
         threshold=threshold, sensitivity=sensitivity, monotone=bool(monotone),
