@@ -24,10 +24,10 @@ class _ReadChunk(beam.DoFn):
 class ReadEvents(beam.PTransform):
     """Events of an input as a PCollection of `pyarrow.RecordBatch` in `pipelines.spec.EVENT_SCHEMA`.
 
-    The chunks (Parquet row groups, text files) are listed when the pipeline
-    is built, spread over workers, and each is read and converted in one
-    vectorised call; bad rows fail the pipeline with a message naming file,
-    row and column (`connectors.errors.InputError`).
+    Building the transform reads nothing: the chunks (Parquet row groups, text
+    files) are listed when the pipeline runs, spread over workers, and each is
+    read and converted in one vectorised call. Bad rows fail the pipeline with
+    a message naming file, row and column (`connectors.errors.InputError`).
     """
 
     def __init__(self, spec: InputSpec, label: str | None = None) -> None:
@@ -43,7 +43,8 @@ class ReadEvents(beam.PTransform):
     def expand(self, pbegin):
         return (
             pbegin
-            | "List chunks" >> beam.Create(list_chunks(self.spec))
+            | "Input" >> beam.Create([self.spec])
+            | "List chunks" >> beam.FlatMap(list_chunks)
             | "Spread chunks" >> beam.Reshuffle()
             | "Read batches" >> beam.ParDo(_ReadChunk(self.spec)).with_output_types(pa.RecordBatch)
         )

@@ -9,9 +9,9 @@ import argparse
 import sys
 from importlib import metadata
 
-from pipelines import cli_account, cli_budget
+from pipelines import cli_account, cli_budget, cli_run
 
-SUBCOMMAND_MODULES = (cli_account, cli_budget)
+SUBCOMMAND_MODULES = (cli_account, cli_budget, cli_run)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,7 +35,11 @@ def _version() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    own, beam_args = cli_run.split_beam_args(sys.argv[1:] if argv is None else list(argv))
+    args = parser.parse_args(own)
+    if beam_args and not getattr(args, "takes_beam_args", False):
+        parser.error("arguments after -- are Apache Beam options, accepted by run and demo only")
+    args.beam_args = beam_args
     if not getattr(args, "handler", None):
         parser.print_help()
         return 2

@@ -23,7 +23,7 @@ from connectors import readers, writers
 from pipelines.spec import NOISE_KINDS, RELEASE_KINDS, ContributionBounds, ReleaseSpec, SpecError, WindowSpec
 
 SECTIONS = {
-    "input": ("format", "path", "user", "timestamp", "partition", "value", "timestamp_format", "timezone"),
+    "input": ("format", "path", "user", "timestamp", "partition", "value", "timestamp_format", "timezone", "partitions"),
     "window": ("size", "period", "start", "end"),
     "privacy": (
         "scope", "epsilon", "delta", "ledger", "max_partitions", "max_contributions", "min_value", "max_value",
@@ -106,7 +106,8 @@ def parse(document: dict[str, Any], path: str) -> Job:
     input_spec = _input(check, sections["input"], base, timezone)
     window = _window(check, sections["window"], timezone)
     privacy = _privacy(check, sections["privacy"])
-    releases = _releases(check, document.get("release"))
+    shared = _partitions(check, sections["input"], "input")
+    releases = _releases(check, document.get("release"), shared)
     output = _output(check, sections["output"], base, os.path.splitext(os.path.basename(path))[0])
     beam = _beam(check, sections["beam"])
     name = os.path.splitext(os.path.basename(path))[0]
@@ -170,7 +171,19 @@ def _privacy(check: "_Checker", table: dict) -> PrivacySettings:
     )
 
 
-def _releases(check: "_Checker", entries: Any) -> tuple[ReleaseSpec, ...]:
+def _partitions(check: "_Checker", table: dict, where: str) -> tuple[str, ...] | None:
+    partitions = table.get("partitions")
+    if partitions is not None and (
+        not isinstance(partitions, list) or not partitions or not all(isinstance(p, str) and p for p in partitions)
+    ):
+        check.fail(f"{where}.partitions must be a non-empty list of strings, got {partitions!r}")
+    if partitions is not None and len(set(partitions)) != len(partitions):
+        check.fail(f"{where}.partitions lists a partition more than once")
+    return tuple(partitions) if partitions is not None else None
+
+
+def _releases(check: "_Checker", entries: Any, shared: tuple[str, ...] | None) -> tuple[ReleaseSpec, ...]:
+    """The [[release]] tables; a release without `partitions` uses input.partitions (None: unknown partitions)."""
     if entries is None:
         check.fail("needs at least one [[release]] table")
     if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
@@ -185,11 +198,8 @@ def _releases(check: "_Checker", entries: Any) -> tuple[ReleaseSpec, ...]:
         where = f"release.{name}"
         check.keys(entry, where, allowed=SECTIONS["release"], required=REQUIRED["release"])
         kind = check.choice(entry, where, "kind", RELEASE_KINDS)
-        partitions = entry.get("partitions")
-        if partitions is not None and (
-            not isinstance(partitions, list) or not partitions or not all(isinstance(p, str) and p for p in partitions)
-        ):
-            check.fail(f"{where}.partitions must be a non-empty list of strings, got {partitions!r}")
+        partitions = _partitions(check, entry, where)
+        partitions = shared if partitions is None else partitions
         k = check.integer(entry, where, "k", default=None)
         if kind == "topk" and k is None:
             check.fail(f"{where}.k is required for a topk release (the list length)")
@@ -212,7 +222,7 @@ def _releases(check: "_Checker", entries: Any) -> tuple[ReleaseSpec, ...]:
                 kind=kind,
                 weight=weight,
                 noise=check.choice(entry, where, "noise", NOISE_KINDS, default="gaussian"),
-                partitions=tuple(partitions) if partitions is not None else None,
+                partitions=partitions,
                 k=k,
                 period=period,
                 counts=counts,
