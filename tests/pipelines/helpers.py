@@ -1,0 +1,53 @@
+"""Shared fixtures for the pipeline tests: synthetic event batches and a Beam-free driver of the bounding DoFns."""
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+import pyarrow as pa
+
+from pipelines.aggregation import SumSeriesFn
+from pipelines.bounding import _BoundWindow, _PreAggregate
+from pipelines.spec import EVENT_SCHEMA, MICROS
+
+START = 1356998400  # 2013-01-01T00:00:00Z
+DAY = 86400
+
+
+def events(users, seconds, partitions, values=None) -> pa.RecordBatch:
+    users = np.asarray(users, dtype=object)
+    values = np.ones(len(users)) if values is None else np.asarray(values, dtype=float)
+    micros = (np.asarray(seconds, dtype=np.float64) * MICROS).astype(np.int64)
+    return pa.RecordBatch.from_arrays(
+        [pa.array(users, pa.string()), pa.array(micros), pa.array(np.asarray(partitions, dtype=object), pa.string()),
+         pa.array(values)], schema=EVENT_SCHEMA)
+
+
+def random_events(n, days, n_users, partitions, seed=1, skip_days=(), values=False) -> pa.RecordBatch:
+    rng = np.random.default_rng(seed)
+    day = rng.choice([d for d in range(days) if d not in skip_days], size=n)
+    seconds = START + day * DAY + rng.uniform(0, DAY, n)
+    order = np.argsort(seconds)
+    users = np.array([f"user{i}" for i in rng.integers(0, n_users, n)], dtype=object)
+    chosen = np.asarray(partitions, dtype=object)[rng.integers(0, len(partitions), n)]
+    vals = rng.uniform(-5, 5, n) if values else None
+    return events(users[order], seconds[order], chosen[order], None if vals is None else vals[order])
+
+
+def bounded_sums(batches, bounds, window, partitions=None, seed=0, shards=1) -> dict:
+    """Window index -> per-partition bounded sums, by the BoundContributions DoFns without Beam."""
+    pre = _PreAggregate(bounds, window, partitions, seed, shards)
+    pre.setup()
+    pieces = defaultdict(list)
+    for batch in batches:
+        for timestamped in pre.process(batch):
+            key, frame = timestamped.value
+            pieces[key].append(frame)
+    bound = _BoundWindow(bounds, seed)
+    bound.setup()
+    partial = defaultdict(list)
+    for key, frames in pieces.items():
+        for index, sums in bound.process((key, frames)):
+            partial[index].append(sums)
+    combine = SumSeriesFn()
+    return {index: combine.extract_output(parts) for index, parts in partial.items()}

@@ -1,0 +1,140 @@
+"""Contribution bounding: sensitivities hold against a user with 10^4 events; sampling is uniform; batching,
+sharding and order do not change the result in test mode."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from scipy import stats
+
+from pipelines.aggregation import SumSeriesFn
+from pipelines.spec import MICROS, ContributionBounds, WindowSpec
+from pipelines.windowing import window_indices
+from tests.pipelines.helpers import DAY, START, bounded_sums, events, random_events
+
+PARTITIONS = tuple(f"p{i}" for i in range(40))
+
+
+def _heavy_user(n=10_000, days=3, seed=7, values=False):
+    rng = np.random.default_rng(seed)
+    seconds = START + rng.uniform(0, days * DAY, n)
+    partitions = np.asarray(PARTITIONS, dtype=object)[rng.integers(0, len(PARTITIONS), n)]
+    return events(["heavy"] * n, seconds, partitions, rng.uniform(-50, 50, n) if values else None)
+
+
+def _difference(with_user: dict, without: dict, index: int) -> np.ndarray:
+    a = with_user.get(index)
+    b = without.get(index)
+    joined = set(a.index if a is not None else ()) | set(b.index if b is not None else ())
+    a = (a if a is not None else b.iloc[:0]).reindex(sorted(joined), fill_value=0)
+    b = (b if b is not None else a.iloc[:0]).reindex(sorted(joined), fill_value=0)
+    return (a.astype(float) - b.astype(float)).to_numpy()
+
+
+@pytest.mark.parametrize("values", [False, True])
+@pytest.mark.parametrize("period", [None, 0.5 * DAY])
+def test_user_with_ten_thousand_events_moves_each_window_within_the_sensitivities(values, period):
+    bounds = (ContributionBounds(max_partitions=3, max_contributions=2, min_value=-2.0, max_value=3.0) if values
+              else ContributionBounds(max_partitions=3, max_contributions=2))
+    window = WindowSpec(size=DAY, start=START, end=START + 3 * DAY, period=period)
+    others = random_events(3000, 3, 200, PARTITIONS, seed=2, values=values)
+    heavy = _heavy_user(values=values)
+    without = bounded_sums([others], bounds, window, seed=11)
+    with_user = bounded_sums([others, heavy], bounds, window, seed=11)
+    for index in range(window.count):
+        diff = _difference(with_user, without, index)
+        assert np.count_nonzero(diff) == bounds.max_partitions  # the heavy user is in every window, every partition
+        assert np.max(np.abs(diff)) <= bounds.linf + 1e-9
+        assert np.sum(np.abs(diff)) <= bounds.l1 + 1e-9
+        assert math.sqrt(np.sum(diff**2)) <= bounds.l2 + 1e-9
+
+
+def test_production_mode_bounds_the_heavy_user_alone():
+    bounds = ContributionBounds(max_partitions=2, max_contributions=5, min_value=0.0, max_value=1.0)
+    window = WindowSpec(size=DAY, start=START, end=START + 3 * DAY)
+    sums = bounded_sums([_heavy_user(values=True)], bounds, window, seed=None)
+    assert sorted(sums) == [0, 1, 2]
+    for series in sums.values():
+        assert len(series) == 2 and series.max() <= bounds.linf and series.min() >= 0
+
+
+def test_partition_choice_is_uniform_not_first_or_largest():
+    """L0 = 1 over partitions with 1, 5, 20 and 200 records (the larger ones first in time): each is kept
+    with probability 1/4. 2000 users, chi-square; false-alarm rate 1e-4 (fixed seed, so deterministic)."""
+    users = 2000
+    counts = {"d": 200, "c": 20, "b": 5, "a": 1}
+    names = np.array([f"u{i}" for i in range(users)], dtype=object)
+    user_column = np.concatenate([np.repeat(names, c) for c in counts.values()])
+    partitions = np.concatenate([np.full(users * c, p, dtype=object) for p, c in counts.items()])
+    seconds = START + np.linspace(1, 59, user_column.size)
+    bounds = ContributionBounds(max_partitions=1, max_contributions=1)
+    sums = bounded_sums([events(user_column, seconds, partitions)], bounds,
+                        WindowSpec(size=60, start=START, end=START + 60), seed=5)
+    observed = sums[0].reindex(list(counts), fill_value=0).to_numpy()
+    assert observed.sum() == users
+    assert stats.chisquare(observed).pvalue > 1e-4, observed
+
+
+def test_record_choice_is_uniform():
+    """max_contributions = 1 among 10 records with values 0..9, in time order: each value is kept with
+    probability 1/10. 3000 users (one partition each), chi-square; false-alarm rate 1e-4."""
+    users = 3000
+    user_column = np.repeat(np.array([f"u{i}" for i in range(users)], dtype=object), 10)
+    values = np.tile(np.arange(10.0), users)
+    seconds = START + 1 + np.tile(np.arange(10.0), users)
+    partitions = np.repeat(np.array([f"p{i}" for i in range(users)], dtype=object), 10)
+    bounds = ContributionBounds(max_partitions=1, max_contributions=1, min_value=0.0, max_value=9.0)
+    sums = bounded_sums([events(user_column, seconds, partitions, values)], bounds,
+                        WindowSpec(size=60, start=START, end=START + 60), seed=9)
+    observed = np.bincount(sums[0].to_numpy().astype(int), minlength=10)
+    assert observed.sum() == users
+    assert stats.chisquare(observed).pvalue > 1e-4, observed
+
+
+@pytest.mark.parametrize("values", [False, True])
+def test_batching_sharding_and_order_do_not_change_bounded_sums(values):
+    bounds = ContributionBounds(max_partitions=2, max_contributions=3, min_value=-1.0 if values else 1.0, max_value=4.0 if values else 1.0)
+    window = WindowSpec(size=DAY, start=START, end=START + 4 * DAY, period=DAY / 2)
+    batch = random_events(5000, 4, 150, PARTITIONS[:8], seed=3, values=values)
+    reference = bounded_sums([batch], bounds, window, seed=4)
+    rng = np.random.default_rng(0)
+    permuted = batch.take(pa.array(rng.permutation(batch.num_rows)))
+    pieces = [permuted.slice(i, 700) for i in range(0, batch.num_rows, 700)]
+    for shards in (1, 3):
+        other = bounded_sums(pieces[::-1], bounds, window, seed=4, shards=shards)
+        assert sorted(other) == sorted(reference)
+        for index in reference:
+            np.testing.assert_allclose(other[index].to_numpy(), reference[index].to_numpy(), rtol=1e-12)
+            assert list(other[index].index) == list(reference[index].index)
+
+
+def test_public_partition_list_filters_before_bounding():
+    batch = events(["u"] * 3, [START + 1, START + 2, START + 3], ["listed", "other", "other2"])
+    sums = bounded_sums([batch], ContributionBounds(max_partitions=1), WindowSpec(size=DAY, start=START, end=START + DAY),
+                       partitions=("listed", "absent"), seed=1)
+    assert list(sums[0].index) == ["listed"]
+
+
+def test_sliding_window_indices_cover_exactly_the_windows_holding_each_record():
+    window = WindowSpec(size=3 * 3600, start=START, end=START + DAY, period=3600)
+    rng = np.random.default_rng(3)
+    seconds = START - 5 * 3600 + rng.uniform(0, DAY + 10 * 3600, 2000)
+    rows, indices = window_indices((seconds * MICROS).astype(np.int64), window)
+    expected = {(r, i) for r, t in enumerate(seconds) for i in range(window.count)
+                if window.bounds(i)[0] <= t < window.bounds(i)[1]}
+    assert set(zip(rows.tolist(), indices.tolist())) == expected
+
+
+def test_sum_combine_fn_is_independent_of_sharding():
+    import pandas as pd
+
+    parts = [pd.Series([i, 2 * i], index=[f"k{i % 3}", f"k{(i + 1) % 3}"]) for i in range(7)]
+    combine = SumSeriesFn()
+    shards = [combine.create_accumulator() for _ in range(3)]
+    for i, series in enumerate(parts):
+        shards[i % 3] = combine.add_input(shards[i % 3], series)
+    merged = combine.extract_output(combine.merge_accumulators(shards))
+    direct = pd.concat(parts).groupby(level=0).sum()
+    pd.testing.assert_series_equal(merged, direct)
