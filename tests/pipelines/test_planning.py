@@ -1,0 +1,110 @@
+"""Planning: the whole job meets its budget, and what the mechanisms actually run never costs more than planned."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from accounting.accountant import Accountant
+from accounting.events import ZCDP, Gaussian, Laplace, PureDP, SelfComposed
+from pipelines.histogram import histogram_release
+from pipelines.noise import SecureRandom
+from pipelines.peak import peak_release
+from pipelines.planning import SELECTION_DELTA_SHARE, PlanningError, plan_job
+from pipelines.spec import ContributionBounds, ReleaseSpec, SpecError, WindowSpec
+from pipelines.topk import topk_release
+from tests.pipelines.helpers import DAY, START
+
+LETTERS = tuple("ABCDEFGHIJ")
+WINDOW = WindowSpec(size=DAY, start=START, end=START + 60 * DAY)
+RELEASES = (
+    ReleaseSpec("laplace", "histogram", noise="laplace", partitions=LETTERS),
+    ReleaseSpec("gaussian", "histogram", weight=2.0, partitions=LETTERS),
+    ReleaseSpec("unknown", "histogram"),
+    ReleaseSpec("top", "topk", k=3, partitions=LETTERS, counts=True),
+    ReleaseSpec("peak", "peak", period=7 * DAY, maximum=5000.0),
+)
+
+
+@pytest.mark.parametrize("bounds", [ContributionBounds(max_partitions=3, max_contributions=2),
+                                    ContributionBounds(max_partitions=2, max_contributions=1, min_value=-0.5, max_value=2.5)])
+@pytest.mark.parametrize("epsilon, delta", [(1.0, 1e-6), (4.0, 1e-8)])
+def test_plan_meets_the_budget(bounds, epsilon, delta):
+    plan = plan_job(RELEASES, bounds, WINDOW, epsilon, delta)
+    accountant = Accountant()
+    for event in plan.events():
+        accountant.compose(event)
+    assert accountant.epsilon(delta) <= epsilon
+    assert plan.epsilon <= epsilon
+    assert set(plan.describe()) == {r.name for r in RELEASES}
+    selection = plan["unknown"]
+    assert selection.selection_delta * selection.runs <= SELECTION_DELTA_SHARE * delta * (1 + 1e-12)
+    assert plan["peak"].runs == 9 and plan["peak"].period_sizes[-1] == 4  # 60 days in weeks: 8 full weeks and 4 days
+
+
+def _sums(values, partitions):
+    return pd.Series(values, index=list(partitions))
+
+
+@pytest.mark.parametrize("bounds", [ContributionBounds(max_partitions=3, max_contributions=2),
+                                    ContributionBounds(max_partitions=2, max_contributions=3, min_value=-0.5, max_value=2.5)])
+def test_run_events_never_exceed_planned_events(bounds):
+    plan = plan_job(RELEASES, bounds, WINDOW, 2.0, 1e-6)
+    rng = SecureRandom(1)
+    integral = bounds.min_value == bounds.max_value
+    data = np.arange(len(LETTERS)) * 37 + (0 if integral else 0.3)
+    sums = _sums(data.astype(np.int64) if integral else data, LETTERS)
+    for name in ("laplace", "gaussian"):
+        planned = plan[name]
+        _, release = histogram_release(planned, sums, rng)
+        event = release.event
+        if isinstance(event, Laplace):
+            assert event.sensitivity / event.scale <= planned.event.sensitivity / planned.event.scale
+        else:
+            assert isinstance(event, Gaussian) and event.mu <= planned.event.mu
+    planned = plan["unknown"]
+    _, release = histogram_release(planned, sums, rng)
+    assert isinstance(release.event, ZCDP)
+    assert release.event.rho <= planned.event.rho and release.event.delta == planned.event.delta
+    planned = plan["top"]
+    chosen, selection, counts = topk_release(planned, sums, rng)
+    assert selection.event == planned.event == SelfComposed(planned.event.event, 3) and len(set(chosen)) == 3
+    assert counts.event.mu <= planned.count_event.mu
+    planned = plan["peak"]
+    for size in set(planned.period_sizes):
+        _, release = peak_release(planned, np.linspace(0, 4000, size), rng)
+        assert isinstance(release.event, PureDP) and release.event.epsilon <= planned.epsilon
+
+
+def test_counting_plan_keeps_the_calibrated_noise():
+    plan = plan_job(RELEASES[:2], ContributionBounds(max_partitions=2), WINDOW, 1.0, 1e-6)
+    assert plan["laplace"].noise == plan.calibrated.by_name()["laplace"].event.scale
+    assert plan["gaussian"].noise_stddev == plan.calibrated.by_name()["gaussian"].event.sigma
+    assert math.isclose(plan["laplace"].noise_stddev, math.sqrt(2) * plan["laplace"].noise)
+
+
+def test_more_budget_means_less_noise():
+    bounds = ContributionBounds(max_partitions=2)
+    small, large = (plan_job(RELEASES, bounds, WINDOW, e, 1e-6) for e in (0.5, 2.0))
+    for name in ("laplace", "gaussian", "unknown"):
+        assert large[name].noise < small[name].noise
+    assert large["top"].epsilon > small["top"].epsilon and large["peak"].sigma < small["peak"].sigma
+
+
+@pytest.mark.parametrize("release, message", [
+    (ReleaseSpec("t", "topk", k=2), "topk needs a public partitions list"),
+    (ReleaseSpec("t", "topk", k=4, partitions=("a", "b")), "k must be at most the 2 listed partitions, got 4"),
+    (ReleaseSpec("p", "peak", period=1.5 * DAY, maximum=100.0), "multiple of the window step"),
+    (ReleaseSpec("p", "peak", period=7 * DAY, maximum=1.0), "maximum must be at least the L1 sensitivity 2"),
+    (ReleaseSpec("s", "svt"), "kind 'svt' is not planned"),
+])
+def test_plan_errors_name_the_release(release, message):
+    with pytest.raises(PlanningError, match=message):
+        plan_job((release,), ContributionBounds(max_partitions=2), WINDOW, 1.0, 1e-6)
+
+
+def test_peak_spec_needs_a_public_maximum():
+    with pytest.raises(SpecError, match="release 'p': maximum must be a positive number"):
+        ReleaseSpec("p", "peak", period=7 * DAY)
