@@ -222,7 +222,11 @@ def _jsonl_line_numbers(path: str) -> np.ndarray:
 
 
 def _read_jsonl_mixed(path: str, spec: InputSpec) -> pa.Table:
-    """Slow path, line by line, for a key whose JSON type changes between lines (e.g. ids as numbers and strings)."""
+    """Slow path, line by line, for a column whose JSON type changes between lines (ids as numbers and strings).
+
+    A column of mixed types becomes text (JSON numbers in their JSON spelling), so the usual conversions
+    report a value that still does not fit, e.g. cannot parse 'late' as a number.
+    """
     records, lines = [], []
     with open(path, encoding="utf-8", errors="replace") as handle:
         for number, line in enumerate(handle, 1):
@@ -237,18 +241,12 @@ def _read_jsonl_mixed(path: str, spec: InputSpec) -> pa.Table:
             records.append(record)
             lines.append(number)
     arrays = {}
-    for field, column in spec.columns.items():
+    for column in spec.columns.values():
         values = [record.get(column) for record in records]
-        if field in ("user", "partition"):
-            values = [v if v is None or isinstance(v, str) else json.dumps(v) for v in values]
         try:
             arrays[column] = pa.array(values)
         except (pa.ArrowInvalid, pa.ArrowTypeError):
-            first = next(v for v in values if v is not None)
-            index = next(i for i, v in enumerate(values) if v is not None and isinstance(v, str) != isinstance(first, str))
-            raise InputError(
-                f"{path}:{lines[index]}: column {column!r}: mixed JSON types, got {values[index]!r} after {first!r}"
-            ) from None
+            arrays[column] = pa.array([v if v is None or isinstance(v, str) else json.dumps(v) for v in values], pa.string())
     return pa.table(arrays)
 
 

@@ -20,7 +20,7 @@ from connectors.errors import RowError
 
 FORMATS = ("auto", "epoch_s", "epoch_ms", "iso8601")
 _EPOCH_FACTOR = {"epoch_s": 1_000_000, "epoch_ms": 1_000}
-_OFFSET = r"(?:[Zz]|[+-]\d{2}(?::?\d{2})?)$"
+_OFFSET = r"[Tt ]\d{2}(?::?\d{2}){0,2}(?:[.,]\d+)?\s*(?:[Zz]|[+-]\d{2}(?::?\d{2})?)$"  # a time, then Z or +-HH[:MM]
 _MAX_ABS_MICROS = 2**62  # about 146,000 years: anything beyond is not a time
 
 
