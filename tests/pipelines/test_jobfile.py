@@ -1,0 +1,100 @@
+"""Job files: the example loads; every bad value fails at load with FILE: KEY must be ..., got VALUE."""
+import os
+
+import pytest
+
+from pipelines import jobfile
+
+EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "flights.toml")
+
+BASE = """
+[input]
+format = "csv"
+path = "events.csv"
+user = "user"
+timestamp = "time"
+partition = "dest"
+partitions = ["A", "B"]
+[window]
+size = "1d"
+start = 2013-01-01
+end = 2013-01-04
+[privacy]
+scope = "test"
+epsilon = 1.0
+delta = 1e-6
+[[release]]
+kind = "topk"
+name = "top_k"
+k = 1
+"""
+
+
+def _load(tmp_path, text, name="job.toml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return jobfile.load(str(path))
+
+
+def test_the_bundled_example_loads():
+    job = jobfile.load(EXAMPLE)
+    assert job.window.count == 365 and job.window.size == 86400
+    assert [r.kind for r in job.releases] == ["histogram", "topk", "peak"]
+    assert job.input.user == "tailnum" and len(job.releases[0].partitions) == 104
+    assert job.releases[2].period == 30 * 86400 and job.releases[2].maximum == 1100
+
+
+def test_defaults_and_relative_paths(tmp_path):
+    job = _load(tmp_path, BASE)
+    assert job.input.path == str(tmp_path / "events.csv")
+    assert job.output.path == str(tmp_path / "dpstream-output" / "job") and job.output.format == "parquet"
+    assert job.beam.runner == "DirectRunner" and job.beam.seed is None
+    assert job.privacy.bounds.max_partitions == 1 and job.privacy.ledger is None
+    assert job.releases[0].partitions == ("A", "B") and job.releases[0].noise == "gaussian"
+    assert job.window.start == 1356998400.0 and job.window.count == 3
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        ("k = 1", "k = 0", "release.top_k.k must be a positive integer, got 0"),
+        ('kind = "topk"', 'kind = "median"', "release.top_k.kind must be one of histogram, topk, peak, svt, got 'median'"),
+        ('size = "1d"', 'size = "1 day"', "window.size must be a positive duration such as \"1d\", \"6h\", \"30m\" or seconds, got '1 day'"),
+        ("end = 2013-01-04", 'end = "2013-02-30"', "window.end must be an ISO 8601 date or date-time such as 2013-01-01, got '2013-02-30'"),
+        ("end = 2013-01-04", "end = 2012-12-01", "window.end must be after window.start"),
+        ("epsilon = 1.0", "epsilon = -1", "privacy.epsilon must be a positive number, got -1.0"),
+        ("delta = 1e-6", "delta = 1", "privacy.delta must lie in (0, 1), got 1.0"),
+        ("delta = 1e-6", "delta = 1e-6\nmax_partitions = 1.5", "privacy.max_partitions must be a positive integer, got 1.5"),
+        ('format = "csv"', 'format = "xlsx"', "input.format must be one of parquet, csv, jsonl, got 'xlsx'"),
+        ('user = "user"', 'user = ""', "input.user must be a non-empty string, got ''"),
+        ('user = "user"', 'usr = "user"', "input.usr is not a known key; allowed:"),
+        ('[privacy]', '[privacy]\nbudget = 1', "privacy.budget is not a known key"),
+        ('timestamp = "time"', 'timestamp = "time"\ntimezone = "Mars/Olympus"', "input.timezone must be an IANA time zone name"),
+        ('timestamp = "time"', 'timestamp = "time"\ntimestamp_format = "unix"', "input.timestamp_format must be one of auto, epoch_s, epoch_ms, iso8601, got 'unix'"),
+        ('partitions = ["A", "B"]', 'partitions = ["A", "A"]', "input.partitions lists a partition more than once"),
+        ('name = "top_k"', 'name = "top k"', "release #1: name must be letters, digits"),
+        ("k = 1", "k = 1\n[[release]]\nkind = \"peak\"\nname = \"p\"\nperiod = \"3d\"", "release.p.maximum is required for a peak release"),
+        ("k = 1", "k = 1\n[[release]]\nkind = \"topk\"\nname = \"top_k\"\nk = 1", "release.top_k: name is used by more than one release"),
+        ("[[release]]", "[output]\nformat = \"xml\"\n[[release]]", "output.format must be one of parquet, csv, jsonl, got 'xml'"),
+        ("[[release]]", "[beam]\nseed = -1\n[[release]]", "beam.seed must be an integer >= 0, got -1"),
+        ("[[release]]", "[extra]\n[[release]]", "unknown section [extra]"),
+    ],
+)
+def test_bad_values_name_file_and_key(tmp_path, old, new, message):
+    assert old in BASE
+    with pytest.raises(jobfile.JobFileError) as caught:
+        _load(tmp_path, BASE.replace(old, new, 1), "flights.toml")
+    text = str(caught.value)
+    assert text.startswith(str(tmp_path / "flights.toml") + ": ") and message in text
+    assert "\n" not in text
+
+
+def test_unreadable_and_invalid_toml(tmp_path):
+    with pytest.raises(jobfile.JobFileError, match=r"missing\.toml: cannot read the job file"):
+        jobfile.load(str(tmp_path / "missing.toml"))
+    with pytest.raises(jobfile.JobFileError, match=r"job\.toml: not valid TOML"):
+        _load(tmp_path, "[input\n")
+    with pytest.raises(jobfile.JobFileError, match=r"job\.toml: missing section \[window\]"):
+        _load(tmp_path, BASE[: BASE.index("[window]")] + BASE[BASE.index("[privacy]") :])
+    with pytest.raises(jobfile.JobFileError, match=r"needs at least one \[\[release\]\] table"):
+        _load(tmp_path, BASE[: BASE.index("[[release]]")])
