@@ -16,6 +16,7 @@ clipped to [min_value, max_value] (DESIGN.md section 1). Steps:
 3. Per user, keep `max_partitions` of their partitions, chosen uniformly
    (smallest random key per (user, window, partition)), then sum per partition.
 
+Proof: docs/proofs/bounding.BoundContributions.md.
 Privacy: after step 3 one user changes at most `max_partitions` partition sums
 of a window, each by at most max_contributions * max(|min_value|, |max_value|)
 (`ContributionBounds.linf`), whatever the other users do; so L1 and L2

@@ -22,7 +22,7 @@ What each release costs (events of one run; `runs` of them are composed):
 
 Privacy: add/remove all records of one privacy unit (spec.py). Contribution
 bounding per window gives the sensitivities of `spec.ContributionBounds`.
-Proof: composition is the accountant's (`accounting.accountant`); calibration
+Proof: docs/proofs/planning.plan_job.md; composition is the accountant's (`accounting.accountant`); calibration
 is `accounting.calibrate`; grid rounding of non-integer sums is covered by
 enlarging the noise so that the grid sensitivity over the noise never exceeds
 the planned ratio (`noise.grid_sensitivity`).
