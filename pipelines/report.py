@@ -262,23 +262,23 @@ def _times(table: pa.Table, column: str) -> np.ndarray:
 
 
 def _draw_histogram(axis, release, table: pa.Table, context: RunContext) -> None:
-    """The five partitions with the largest released totals, each with a 95% noise band."""
+    """The three partitions with the largest released totals, each with 95% noise error bars."""
     times = _times(table, "window_start")
     partitions = np.asarray(table.column("partition").to_pylist(), dtype=object)
     values = table.column("value").to_numpy(zero_copy_only=False).astype(float)
     names, inverse = np.unique(partitions, return_inverse=True)
     totals = np.bincount(inverse, weights=values, minlength=names.size)
     half = Z_95 * release.noise_stddev
-    for index in np.argsort(-totals, kind="stable")[:5]:
+    for index in np.argsort(-totals, kind="stable")[:3]:
         chosen = inverse == index
         order = np.argsort(times[chosen])
         x, y = times[chosen][order], values[chosen][order]
-        line = axis.plot(x, y, linewidth=1.0, label=str(names[index]))[0]
-        axis.errorbar(x, y, yerr=half, fmt="none", ecolor=line.get_color(), elinewidth=0.6,
-                      errorevery=max(1, x.size // 40), capsize=2)
-    axis.set_title(f"{release.name}: released value per window, five largest partitions (bars: 95% noise interval)")
+        line = axis.plot(x, y, linewidth=0.9, alpha=0.85, label=str(names[index]))[0]
+        axis.errorbar(x, y, yerr=half, fmt="o", markersize=3, color=line.get_color(), elinewidth=1.0,
+                      errorevery=max(1, x.size // 24), capsize=3, markevery=max(1, x.size // 24))
+    axis.set_title(f"{release.name}: released value per window, three largest partitions (bars: 95% noise interval)")
     axis.set_ylabel("noisy value")
-    axis.legend(loc="upper left", ncol=5, fontsize="small")
+    axis.legend(loc="upper left", ncol=3, fontsize="small")
     axis.grid(alpha=0.3)
 
 
