@@ -46,6 +46,9 @@ def test_fixture_covers_the_required_ranges():
     assert {2, 100000} <= {r["d"] for r in rnm}
     assert min(r["sensitivity"] for r in ROWS) == 1e-5
     assert {True, False} == {r["halted"] for r in expost}
+    assert {0.1, 0.9} <= {r["threshold"] for r in expost}
+    sigmas = {r["sigma_threshold"] for r in expost} | {r["sigma_query"] for r in expost} | {r["sigma"] for r in rnm}
+    assert min(sigmas) == 0.02 and max(sigmas) >= 1.0
     assert all(r["quadrature_error"] < 1e-30 for r in ROWS)
 
 
