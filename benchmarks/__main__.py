@@ -5,7 +5,7 @@ import importlib
 import sys
 import time
 
-BENCHMARKS = ("accounting", "selection", "mechanisms", "pipelines")
+BENCHMARKS = ("accounting", "selection", "mechanisms", "pipelines", "svt_filters")
 
 
 def main() -> int:
