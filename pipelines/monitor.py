@@ -277,7 +277,8 @@ class SparseVectorMonitor:
 
     def process(self, value: float) -> MonitorOutput:
         """Answer one window: BOT or TOP of the open instance, starting one (if the filter admits it) when none is open."""
-        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not math.isfinite(value):
+        numeric = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+        if not (numeric and math.isfinite(value)):
             raise ValueError(f"SparseVectorMonitor.process: value must be a finite number, got {value!r}")
         value = min(max(float(value), LOWER), UPPER)
         window = self._window
@@ -374,6 +375,10 @@ class SparseVectorMonitor:
             )
         if isinstance(window, bool) or not isinstance(window, int) or window < 0:
             raise ValueError(f"{owner}: window must be an integer >= 0, got {window!r}")
+        if monitor.method == "fsrc" and restored.to_dict()["state"]["open"] != (instance is not None):
+            raise ValueError(
+                f"{owner}: the FSRC filter has an uncharged instance exactly when the state has one, got {instance!r}"
+            )
         monitor._filter, monitor._window, monitor._halt_reason = restored, window, reason
         if instance is not None:
             start, bots = instance.get("start"), instance.get("bots")

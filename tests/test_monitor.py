@@ -1,6 +1,8 @@
 """The sparse-vector monitor: exact small cases, halting, sealed state round trips, close() charges, errors."""
 import json
 import math
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -121,7 +123,8 @@ def test_fsrc_halts_when_spend_plus_eps_max_reaches_budget():
     assert [o.halted for o in outputs] == [False] * 3 + [True] * 9
     assert monitor.halted and monitor.halt_reason.startswith("budget exhausted: the fsrc filter")
     assert "window 3" in monitor.halt_reason
-    assert SparseVectorMonitor.from_dict(json.loads(json.dumps(monitor.to_dict()))).process(1.0) == MonitorOutput(12, False, True)
+    restored = SparseVectorMonitor.from_dict(json.loads(json.dumps(monitor.to_dict())))
+    assert restored.process(1.0) == MonitorOutput(12, False, True)
 
 
 def test_whitehouse_admits_its_calibrated_number_of_instances():
@@ -264,5 +267,14 @@ def test_rng_value_and_state_errors():
     with pytest.raises(ValueError, match=r"method 'fsrc' needs a 'fsrc' filter, got 'pure'"):
         SparseVectorMonitor.from_dict({**state, "filter": {"filter": "pure", "parameters": {"epsilon": 1.0},
                                                             "state": {"spent_epsilon": "0/1"}, "halted": False}})
+    with pytest.raises(ValueError, match=r"FSRC filter has an uncharged instance exactly when the state has one, got None"):
+        SparseVectorMonitor.from_dict({**state, "instance": None})
     with pytest.raises(ValueError, match=r"state lacks or mistypes a field \('window'\)"):
         SparseVectorMonitor.from_dict({k: v for k, v in state.items() if k != "window"})
+
+
+def test_monitor_imports_without_beam():
+    code = "import sys; sys.modules['apache_beam'] = None; import pipelines.monitor; print('ok')"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
