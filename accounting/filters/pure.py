@@ -193,19 +193,31 @@ class ApproxDPFilter(EventFilter):
     def price(self, leaves: Mapping[Event, int]) -> tuple[Fraction | None, Fraction]:
         """(epsilon, delta) charged for a release with these leaves; epsilon None when no finite bound exists.
 
-        Pure and ApproxDP leaves only: basic composition, (sum of epsilons, sum
-        of deltas). Anything else: the accountant's epsilon at release_delta.
+        Every release has at most two valid prices: basic composition, (sum of
+        epsilons, sum of deltas), when all leaves are pure or ApproxDP; and the
+        accountant's tight epsilon at `release_delta`. Both are (epsilon, delta)
+        guarantees of the release fixed before it runs, so the filter may charge
+        either; it charges the one using the smaller share of the scope,
+        epsilon / epsilon_budget + delta / delta_budget (basic on a tie).
         """
+        candidates = []
         basic = basic_total(leaves)
         if basic is not None:
-            return basic
-        if self.release_delta == 0:
-            return None, Fraction(0)
-        release = Composed(tuple(SelfComposed(leaf, count) for leaf, count in leaves.items()))
-        epsilon = Accountant().compose(release).epsilon(self.release_delta)
-        if not math.isfinite(epsilon):
+            candidates.append(basic)
+        if self.release_delta > 0:
+            release = Composed(tuple(SelfComposed(leaf, count) for leaf, count in leaves.items()))
+            epsilon = Accountant().compose(release).epsilon(self.release_delta)
+            if math.isfinite(epsilon):
+                candidates.append((Fraction(epsilon), exact_decimal(self.release_delta)))  # exact binary value
+        if not candidates:
             return None, exact_decimal(self.release_delta)
-        return Fraction(epsilon), exact_decimal(self.release_delta)  # computed value: its exact binary value
+        budget_epsilon, budget_delta = exact_decimal(self.epsilon), exact_decimal(self.delta)
+
+        def share(price: tuple[Fraction, Fraction]) -> Fraction:
+            delta_share = price[1] / budget_delta if budget_delta > 0 else (0 if price[1] == 0 else Fraction(10**9))
+            return price[0] / budget_epsilon + delta_share
+
+        return min(candidates, key=share)
 
     def _charge(self, leaves: Mapping[Event, int]) -> tuple[Fraction, Fraction] | None:
         epsilon, delta = self.price(leaves)

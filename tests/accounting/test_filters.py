@@ -367,3 +367,21 @@ def test_scope_filters_from_epsilon_delta():
         scope_filter("natural", 1.0, 1e-6)
     with pytest.raises(ValueError, match="takes options"):
         scope_filter("pure", 1.0, 0.0, release_delta=1e-7)
+
+
+def test_approx_filter_charges_the_cheaper_valid_price():
+    """25 x PureDP(0.1) in one release: basic costs (2.5, 0); KOV at 1e-7 costs about (2.2, 1e-7).
+    With delta to spare the tight price is charged; with little delta budget the basic one."""
+    from accounting import Accountant
+    from accounting.events import SelfComposed as SC
+
+    kov = Accountant().compose(PureDP(0.1), count=25).epsilon(1e-7)
+    assert kov < 2.3
+    roomy = ApproxDPFilter(10.0, 1e-4, release_delta=1e-7)
+    assert roomy.try_spend(SC(PureDP(0.1), 25))
+    assert roomy.public_dict()["spent_epsilon"] == pytest.approx(kov, rel=1e-12)
+    assert roomy.public_dict()["spent_delta"] == pytest.approx(1e-7)
+
+    tight_delta = ApproxDPFilter(10.0, 1e-9, release_delta=1e-9)
+    assert tight_delta.try_spend(SC(PureDP(0.01), 3))  # KOV gains nothing at k=3: basic (0.03, 0) is cheaper
+    assert tight_delta.public_dict()["spent_delta"] == 0
