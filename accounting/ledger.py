@@ -32,9 +32,13 @@ curves and stop at the budget" (Regehr et al. 2026). Each scope has a total
 Within one release the parameters are fixed before it runs, so the release's
 own events are priced by each filter as its docstring states.
 
-Sealed state: SVT monitors keep an FSRC filter here. Its realised spend
-depends on the data and is never shown; `show` reports only whether a
-monitor has halted.
+Sealed state: SVT monitors keep an FSRC filter (`open_monitor`) or a whole
+monitor record (`spend_and_check_out`) here. Its realised spend depends on the
+data and is never shown; `show` and `history` report only whether a monitor
+has halted. A monitor record is checked out by the run that debits with it
+and checked back in by that run only (`check_in_monitor`), so one sealed state
+is resumed by at most one run; a run that fails leaves it checked out, and
+further runs of that monitor are refused (safe, since nothing is resumed twice).
 """
 from __future__ import annotations
 
@@ -305,19 +309,22 @@ class Ledger:
         if not isinstance(event, Event):
             raise LedgerError(f"spend needs a privacy event, got {event!r}")
         with self._transaction() as conn:
-            row = self._lock_scope(conn, scope)
-            budget_filter = PrivacyFilter.from_dict(json.loads(row.filter_state))
-            was_halted = budget_filter.halted
-            try:
-                admitted = budget_filter.try_spend(event)
-            except (InvalidEventError, ValueError) as err:
-                raise LedgerError(f"scope {scope!r} ({row.filter_kind} filter): {err}") from err
-            release_id = None
-            if admitted or budget_filter.halted != was_halted:
-                self._save_filter(conn, scope, budget_filter)
-            if admitted:
-                release_id = self._insert_release(conn, scope, label, event, budget_filter)
-            _debit_hook()
+            return self._spend_locked(conn, self._lock_scope(conn, scope), scope, event, label)
+
+    def _spend_locked(self, conn: sa.Connection, row: sa.Row, scope: str, event: Event, label: str) -> SpendResult:
+        """`spend` inside a transaction that holds the scope's lock (`row`)."""
+        budget_filter = PrivacyFilter.from_dict(json.loads(row.filter_state))
+        was_halted = budget_filter.halted
+        try:
+            admitted = budget_filter.try_spend(event)
+        except (InvalidEventError, ValueError) as err:
+            raise LedgerError(f"scope {scope!r} ({row.filter_kind} filter): {err}") from err
+        release_id = None
+        if admitted or budget_filter.halted != was_halted:
+            self._save_filter(conn, scope, budget_filter)
+        if admitted:
+            release_id = self._insert_release(conn, scope, label, event, budget_filter)
+        _debit_hook()
         if admitted:
             message = f"admitted: release {label!r} (id {release_id}) on scope {scope!r}"
         elif was_halted:
@@ -442,6 +449,74 @@ class Ledger:
                 .values(sealed_state=json.dumps(monitor_filter.to_dict()), halted=monitor_filter.halted)
             )
         return value
+
+
+    def monitor_record(self, scope: str, name: str) -> dict[str, Any] | None:
+        """The monitor's sealed record, or None when the scope has no such monitor. Sealed: never publish it."""
+        with self._transaction() as conn:
+            self._lock_scope(conn, scope)
+            row = self._monitor_row(conn, scope, name)
+        return None if row is None else json.loads(row.sealed_state)
+
+    def _monitor_row(self, conn: sa.Connection, scope: str, name: str) -> sa.Row | None:
+        return conn.execute(
+            sa.select(self.monitors).where((self.monitors.c.scope == scope) & (self.monitors.c.name == name))
+        ).one_or_none()
+
+    def spend_and_check_out(
+        self, scope: str, event: Event, label: str, monitors: dict[str, tuple[float, float, dict[str, Any] | None]]
+    ) -> SpendResult:
+        """One transaction: check the monitors, debit `event`, open the new monitors and check all of them out.
+
+        `monitors`: name -> (epsilon, delta, the sealed record the caller read, or None for a monitor to
+        open). Refused with a LedgerError, debiting nothing, when a monitor to open exists, or a monitor to
+        continue is missing, changed since it was read, or checked out by another run. When admitted, every
+        record is stored with `checked_out` = the release id; `event` must include the budgets of the
+        monitors opened here (their whole cost to the scope).
+        """
+        _check_name("label", label, 1000)
+        with self._transaction() as conn:
+            row = self._lock_scope(conn, scope)
+            for name, (_, _, expected) in monitors.items():
+                _check_name("monitor", name, 200)
+                current = self._monitor_row(conn, scope, name)
+                if expected is None and current is not None:
+                    raise LedgerError(f"monitor {name!r} already exists on scope {scope!r}; nothing was debited")
+                if expected is not None and (current is None or json.loads(current.sealed_state) != expected):
+                    raise LedgerError(f"monitor {name!r} on scope {scope!r} changed since it was read; nothing was debited")
+                if expected is not None and expected.get("checked_out") is not None:
+                    raise LedgerError(
+                        f"monitor {name!r} on scope {scope!r} is checked out by the run of ledger release "
+                        f"{expected['checked_out']} (still running, or failed); nothing was debited"
+                    )
+            result = self._spend_locked(conn, row, scope, event, label)
+            if not result.admitted:
+                return result
+            for name, (epsilon, delta, expected) in monitors.items():
+                record = json.dumps({**(expected or {}), "checked_out": result.release_id})
+                if expected is None:
+                    conn.execute(self.monitors.insert().values(
+                        scope=scope, name=name, epsilon=float(epsilon), delta=float(delta), sealed_state=record,
+                        halted=False, created_at=_now()))
+                else:
+                    conn.execute(self.monitors.update()
+                                 .where((self.monitors.c.scope == scope) & (self.monitors.c.name == name))
+                                 .values(sealed_state=record))
+        return result
+
+    def check_in_monitor(self, scope: str, name: str, release_id: int, record: dict[str, Any], halted: bool) -> None:
+        """Store the record a run sealed and end its checkout; only the run that checked it out may."""
+        with self._transaction() as conn:
+            self._lock_scope(conn, scope)
+            current = self._monitor_row(conn, scope, name)
+            holder = None if current is None else json.loads(current.sealed_state).get("checked_out")
+            if holder != release_id:
+                raise LedgerError(
+                    f"monitor {name!r} on scope {scope!r} is checked out by release {holder!r}, not {release_id!r}"
+                )
+            conn.execute(self.monitors.update()
+                         .where((self.monitors.c.scope == scope) & (self.monitors.c.name == name))
+                         .values(sealed_state=json.dumps({**record, "checked_out": None}), halted=bool(halted)))
 
 
 def _sqlite_on_connect(dbapi_connection, _record) -> None:

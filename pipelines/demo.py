@@ -8,6 +8,8 @@ to Parquet in the cache directory ($XDG_CACHE_HOME/dpstream, else
                year/month/day/hour/minute columns
     dest       destination airport: the partition
     dep_delay  departure delay in minutes (not used by the bundled releases)
+    delay      departure delay in minutes, 0 for cancelled flights (no departure,
+               no delay); the svt release reads it: positive means delayed
 The job is `examples/flights.toml`; the demo runs it with a fresh SQLite ledger
 in the output directory holding one scope with exactly the job's budget.
 """
@@ -53,6 +55,7 @@ def export_flights(path: Path) -> int:
             "time_hour": pa.array(departure.dt.as_unit("us"), pa.timestamp("us", tz="UTC")),
             "dest": pa.array(kept["dest"].to_numpy(dtype=object), pa.string()),
             "dep_delay": pa.array(kept["dep_delay"].to_numpy(dtype=float), pa.float64(), from_pandas=True),
+            "delay": pa.array(kept["dep_delay"].fillna(0.0).to_numpy(dtype=float), pa.float64()),
         }
     )
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -66,7 +69,7 @@ def run_demo(output_dir: str | None = None, beam_args=(), log=print) -> runner.R
     """Export the data (once), start a fresh demo ledger and run the bundled job into output_dir."""
     output = Path(output_dir or DEMO_OUTPUT).resolve()
     data = cache_dir() / DEMO_FILE
-    if not data.exists():
+    if not data.exists() or "delay" not in pq.read_schema(data).names:  # a cache from before the delay column
         tick = time.perf_counter()
         rows = export_flights(data)
         log(f"exported {rows} flights to {data} in {time.perf_counter() - tick:.1f}s")

@@ -20,15 +20,19 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from connectors import readers, writers
-from pipelines.spec import NOISE_KINDS, RELEASE_KINDS, ContributionBounds, ReleaseSpec, SpecError, WindowSpec
+from pipelines.spec import (
+    NOISE_KINDS, RELEASE_KINDS, SVT_METHODS, SVT_METRICS, ContributionBounds, ReleaseSpec, SpecError, WindowSpec,
+)
 
 SECTIONS = {
     "input": ("format", "path", "user", "timestamp", "partition", "value", "timestamp_format", "timezone", "partitions"),
     "window": ("size", "period", "start", "end"),
     "privacy": (
         "scope", "epsilon", "delta", "ledger", "max_partitions", "max_contributions", "min_value", "max_value",
+        "unit_period",
     ),
-    "release": ("kind", "name", "weight", "noise", "partitions", "k", "period", "counts", "maximum"),
+    "release": ("kind", "name", "weight", "noise", "partitions", "k", "period", "counts", "maximum", "threshold",
+                "sigma_threshold", "sigma_query", "metric", "method", "persist_threshold"),
     "output": ("path", "format"),
     "beam": ("runner", "seed"),
 }
@@ -54,6 +58,7 @@ class PrivacySettings:
     delta: float
     ledger: str | None
     bounds: ContributionBounds
+    unit_period: float | None = None  # seconds: the privacy unit is user x period (budget per period); None: user
 
 
 @dataclass(frozen=True)
@@ -168,6 +173,7 @@ def _privacy(check: "_Checker", table: dict) -> PrivacySettings:
         delta=delta,
         ledger=check.text(table, "privacy", "ledger", default=None),
         bounds=bounds,
+        unit_period=check.duration(table, "privacy", "unit_period", default=None),
     )
 
 
@@ -212,6 +218,7 @@ def _releases(check: "_Checker", entries: Any, shared: tuple[str, ...] | None) -
         counts = entry.get("counts", False)
         if not isinstance(counts, bool):
             check.fail(f"{where}.counts must be true or false, got {counts!r}")
+        svt = _svt_keys(check, entry, where, kind, maximum)
         weight = check.number(entry, where, "weight", default=1.0)
         if not weight > 0:
             check.fail(f"{where}.weight must be a positive number, got {weight!r}")
@@ -227,9 +234,36 @@ def _releases(check: "_Checker", entries: Any, shared: tuple[str, ...] | None) -
                 period=period,
                 counts=counts,
                 maximum=maximum,
+                **svt,
             )
         )
     return tuple(releases)
+
+
+def _svt_keys(check: "_Checker", entry: dict, where: str, kind: str, maximum: float | None) -> dict[str, Any]:
+    """The keys of an svt release (only allowed there); range checks are ReleaseSpec's."""
+    names = ("threshold", "sigma_threshold", "sigma_query", "metric", "method", "persist_threshold")
+    if kind != "svt":
+        for name in names:
+            if name in entry:
+                check.fail(f"{where}.{name} applies to svt releases only, got it on a {kind} release")
+        return {}
+    for name in ("threshold", "sigma_threshold", "maximum"):
+        if name not in entry:
+            check.fail(f"{where}.{name} is required for an svt release")
+    if not maximum > 0:
+        check.fail(f"{where}.maximum must be a positive public normaliser of a window total, got {maximum!r}")
+    persist = entry.get("persist_threshold", False)
+    if not isinstance(persist, bool):
+        check.fail(f"{where}.persist_threshold must be true or false, got {persist!r}")
+    return {
+        "threshold": check.number(entry, where, "threshold"),
+        "sigma_threshold": check.number(entry, where, "sigma_threshold"),
+        "sigma_query": check.number(entry, where, "sigma_query", default=None),
+        "metric": check.choice(entry, where, "metric", SVT_METRICS, default="count"),
+        "method": check.choice(entry, where, "method", SVT_METHODS, default="fsrc"),
+        "persist_threshold": persist,
+    }
 
 
 def _output(check: "_Checker", table: dict, base: str, job_name: str) -> OutputSettings:

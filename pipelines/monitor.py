@@ -275,8 +275,17 @@ class SparseVectorMonitor:
 
     # -- the stream ----------------------------------------------------------
 
-    def process(self, value: float) -> MonitorOutput:
-        """Answer one window: BOT or TOP of the open instance, starting one (if the filter admits it) when none is open."""
+    def process(self, value: float, rng: SecureRandom | None = None) -> MonitorOutput:
+        """Answer one window: BOT or TOP of the open instance, starting one (if the filter admits it) when none is open.
+
+        `rng`: the noise of this window (the threshold noise of an instance
+        starting here, then the query noise); default the monitor's own stream.
+        Pipelines pass one stream per window so that a seeded test run draws
+        the same noise whether the windows arrive in one run or several.
+        """
+        if rng is not None and not isinstance(rng, SecureRandom):
+            raise TypeError(f"SparseVectorMonitor.process: rng must be a pipelines.noise.SecureRandom or None, got {type(rng).__name__}")
+        rng = self._rng if rng is None else rng
         numeric = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
         if not (numeric and math.isfinite(value)):
             raise ValueError(f"SparseVectorMonitor.process: value must be a finite number, got {value!r}")
@@ -293,8 +302,8 @@ class SparseVectorMonitor:
                     f"{self.delta:g})); halted at window {window}"
                 )
                 return MonitorOutput(window, False, True)
-            self._instance = _Instance(window, 0, self.threshold + self._noise(self.sigma_threshold))
-        if value + self._noise(self.sigma_query) >= self._instance.noisy_threshold:
+            self._instance = _Instance(window, 0, self.threshold + self._noise(rng, self.sigma_threshold))
+        if value + self._noise(rng, self.sigma_query) >= self._instance.noisy_threshold:
             self._end_instance(halted=True)
             return MonitorOutput(window, True, False)
         self._instance.bots += 1
@@ -319,10 +328,10 @@ class SparseVectorMonitor:
             return self._filter.try_spend(ApproxDP(self.instance_epsilon, self.instance_delta))
         return self._filter.try_spend(PureDP(self.instance_epsilon))
 
-    def _noise(self, sigma: float) -> float:
+    def _noise(self, rng: SecureRandom, sigma: float) -> float:
         if self.method == "laplace":
-            return float(_laplace_noise(self._rng, self._laplace_scale(sigma), 1)[0])
-        return sigma * float(self._rng.standard_normal(1)[0])
+            return float(_laplace_noise(rng, self._laplace_scale(sigma), 1)[0])
+        return sigma * float(rng.standard_normal(1)[0])
 
     def _end_instance(self, halted: bool) -> None:
         """Charge the FSRC filter the ex-post loss of the instance's output (TOP after `bots` BOTs, or BOT^bots)."""

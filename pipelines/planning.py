@@ -18,10 +18,21 @@ What each release costs (events of one run; `runs` of them are composed):
   Prop 2; score range = Linf for counts, 2 Linf when values may be negative),
   plus `Gaussian(sigma, Linf sqrt(min(k, L0)))` per window when counts are asked for;
 - peak: `PureDP(epsilon)` once per period with at least two windows
-  (Lebensold–Precup–Balle Thm 8); sigma is solved from epsilon by bisection.
+  (Lebensold–Precup–Balle Thm 8); sigma is solved from epsilon by bisection;
+- svt: the monitor's whole budget, `ApproxDP(epsilon_m, delta_m)` (`PureDP`
+  for method laplace), with (epsilon_m, delta_m) = weight / total weight of
+  the job's (epsilon, delta). It is debited once, when the monitor is opened
+  on the scope; later scheduled runs of the same monitor debit nothing for it,
+  because its filter (`pipelines.monitor`) never lets the monitor's output
+  exceed that budget, however many runs and windows follow. The other
+  releases are calibrated with these events fixed in the composition, so
+  their noise does not depend on whether the monitor is new.
 
 Privacy: add/remove all records of one privacy unit (spec.py). Contribution
 bounding per window gives the sensitivities of `spec.ContributionBounds`.
+The unit is a user, or with `unit_period` a user x period (e.g. aircraft-day):
+then only the windows and peak periods that overlap one unit period are
+composed (`unit_runs`), and the job's (epsilon, delta) holds per user and period.
 Proof: docs/proofs/planning.plan_job.md; composition is the accountant's (`accounting.accountant`); calibration
 is `accounting.calibrate`; grid rounding of non-integer sums is covered by
 enlarging the noise so that the grid sensitivity over the noise never exceeds
@@ -36,15 +47,21 @@ import math
 from dataclasses import dataclass
 from typing import Union
 
+from accounting.accountant import Accountant
 from accounting.calibrate import CalibratedPlan, Release, calibrate
-from accounting.events import ZCDP, Event, Laplace, SelfComposed
+from accounting.events import ZCDP, ApproxDP, Event, Laplace, PureDP, SelfComposed
 from accounting.numerics import epsilon_from_delta_curve, expanding_upper
 from accounting.selection import report_noisy_max_epsilon
+from pipelines.monitor import SparseVectorMonitor
 from pipelines.noise import granularity, grid_sensitivity
 from pipelines.spec import ContributionBounds, ReleaseSpec, SpecError, WindowSpec
 
 SELECTION_DELTA_SHARE = 0.5
 """Share of the job's delta reserved for the truncation events of unknown-partition histograms."""
+
+
+MONITOR_SHARE_MARGIN = 1e-9
+"""An svt monitor's budget is its weight share of the job's (epsilon, delta) times (1 - this margin)."""
 
 
 class PlanningError(ValueError):
@@ -130,14 +147,14 @@ class HistogramPlan:
         if self.mechanism == "truncated_gaussian":
             return (
                 f"Histogram {self.name!r} over partitions not known in advance, one release per window ({self.runs} "
-                f"windows): each observed partition's bounded sum gets discrete Gaussian noise with sigma={self.noise:.6g} "
+                f"windows composed per privacy unit): each observed partition's bounded sum gets discrete Gaussian noise with sigma={self.noise:.6g} "
                 f"truncated to a public level, and only partitions whose noisy value clears threshold + truncation appear "
                 f"(Cesar–Rogers Algorithm 2; per window {self.event!r}, the truncation spending delta={self.selection_delta:.3g})."
             )
         norm = "L1" if self.mechanism == "laplace" else "L2"
         return (
             f"Histogram {self.name!r} over {len(self.spec.partitions)} public partitions, one release per window "
-            f"({self.runs} windows): every listed partition appears, empty or not, with discrete {self.mechanism} noise "
+            f"({self.runs} windows composed per privacy unit): every listed partition appears, empty or not, with discrete {self.mechanism} noise "
             f"(noise parameter {self.noise:.6g}, standard deviation {self.noise_stddev:.6g}) calibrated to the "
             f"{norm} sensitivity {self.sensitivity:.6g} of one user's bounded contributions (per window {self.event!r})."
         )
@@ -168,7 +185,7 @@ class TopKPlan:
     def describe(self) -> str:
         text = (
             f"Top-{self.spec.k} {self.name!r} among {len(self.spec.partitions)} public partitions, once per window "
-            f"({self.runs} windows): {self.spec.k} exponential-mechanism picks per window (one-shot Gumbel), each "
+            f"({self.runs} windows composed per privacy unit): {self.spec.k} exponential-mechanism picks per window (one-shot Gumbel), each "
             f"epsilon={self.epsilon:.6g}-bounded-range with score range {self.sensitivity:.6g} (Dong–Durfee–Rogers)."
         )
         if self.count_sigma is not None:
@@ -209,7 +226,50 @@ class PeakPlan:
         )
 
 
-ReleasePlan = Union[HistogramPlan, TopKPlan, PeakPlan]
+@dataclass(frozen=True)
+class SvtPlan:
+    """A sparse-vector monitor over the job's windows: one normalised query per window, alerts by `pipelines.svt`.
+
+    sensitivity: how far one privacy unit moves the normalised query (L1 of the
+    metric's total over the public maximum); epsilon, delta: the monitor's whole
+    budget (its filter's); event: what opening the monitor debits from the scope.
+    """
+
+    spec: ReleaseSpec
+    runs: int  # windows of this run
+    sensitivity: float
+    epsilon: float
+    delta: float
+    event: Event
+    instance_epsilon: float  # ex-ante (pDP or pure) epsilon of one AboveThreshold instance
+    monitor_text: str
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def monitor(self, rng=None) -> SparseVectorMonitor:
+        """A fresh monitor with this plan's parameters."""
+        spec = self.spec
+        return SparseVectorMonitor(spec.threshold, spec.sigma_threshold, self.sensitivity, self.epsilon, self.delta,
+                                   sigma_query=spec.sigma_query, method=spec.method,
+                                   persist_threshold=spec.persist_threshold, rng=rng)
+
+    def describe(self) -> str:
+        query = {
+            "count": "the number of bounded records",
+            "sum": "the sum of the bounded values",
+            "share": "the share of bounded records whose value is positive (denominator at least the maximum)",
+        }[self.spec.metric]
+        return (
+            f"Threshold alerts {self.name!r} over {self.runs} windows of this run: each window's {query}, divided by "
+            f"the public {self.spec.maximum:g} and clipped to [0, 1] (sensitivity {self.sensitivity:.6g}), goes to a "
+            f"{self.monitor_text}. The monitor's budget {self.event!r} is debited once, when it is opened on the "
+            f"scope; it continues across scheduled runs until its filter halts it."
+        )
+
+
+ReleasePlan = Union[HistogramPlan, TopKPlan, PeakPlan, SvtPlan]
 
 
 @dataclass(frozen=True)
@@ -220,6 +280,7 @@ class JobPlan:
     calibrated: CalibratedPlan
     bounds: ContributionBounds
     window: WindowSpec
+    unit_period: float | None = None  # seconds; None: the privacy unit is a user over the whole range
 
     def __getitem__(self, name: str) -> ReleasePlan:
         for release in self.releases:
@@ -236,9 +297,14 @@ class JobPlan:
     def delta(self) -> float:
         return self.calibrated.target_delta
 
-    def events(self) -> tuple[Event, ...]:
-        """The job's events, as debited from the budget scope."""
-        return self.calibrated.events()
+    def events(self, continued: frozenset[str] = frozenset()) -> tuple[Event, ...]:
+        """The job's events, as debited from the budget scope; `continued`: svt monitors already open (no debit)."""
+        monitors = {r.event: r.name for r in self.releases if isinstance(r, SvtPlan)}
+        fixed = tuple(e for e in self.calibrated.fixed if monitors.get(e) not in continued)
+        return tuple(SelfComposed(r.event, r.release.count) for r in self.calibrated.releases) + fixed
+
+    def monitors(self) -> tuple[SvtPlan, ...]:
+        return tuple(r for r in self.releases if isinstance(r, SvtPlan))
 
     def describe(self) -> dict[str, str]:
         """Plain-words text per release, in plan order."""
@@ -253,6 +319,33 @@ def period_sizes(window: WindowSpec, period: float) -> tuple[int, ...]:
         raise PlanningError(f"peak period must be a positive multiple of the window step {window.step}, got {period!r}")
     total = window.count
     return tuple(min(per_period, total - start) for start in range(0, total, per_period))
+
+
+def check_unit_period(window: WindowSpec, unit_period: float) -> int:
+    """Windows per unit period; the unit period must be a whole number of fixed windows (counted from window.start)."""
+    if window.period is not None:
+        raise PlanningError(f"privacy.unit_period needs fixed windows (no window.period), got window.period={window.period!r}")
+    ratio = unit_period / window.size
+    per_period = round(ratio)
+    if not (math.isfinite(unit_period) and per_period >= 1 and abs(ratio - per_period) <= 1e-9 * ratio):
+        raise PlanningError(f"privacy.unit_period must be a positive multiple of window.size={window.size}, got {unit_period!r}")
+    return per_period
+
+
+def unit_runs(window: WindowSpec, unit_period: float | None, group: int = 1) -> int:
+    """How many groups of `group` consecutive windows (group 1: windows) one privacy unit can touch.
+
+    Without a unit period a user may appear in every window: all groups of the range.
+    With one, unit period p covers fixed windows [p m, (p+1) m), m = windows per period,
+    and touches only the groups that overlap that range; the maximum over all periods is returned.
+    Proof: docs/proofs/planning.unit_runs.md.
+    """
+    total = window.count
+    if unit_period is None:
+        return math.ceil(total / group)
+    per_period = check_unit_period(window, unit_period)
+    return max(len(range(first // group, (min(first + per_period, total) - 1) // group + 1))
+               for first in range(0, total, per_period))
 
 
 def _peak_sigma(sizes: tuple[int, ...], epsilon: float, sensitivity: float) -> float:
@@ -277,11 +370,18 @@ def plan_job(
     window: WindowSpec,
     epsilon: float,
     delta: float,
+    unit_period: float | None = None,
 ) -> JobPlan:
     """Calibrate every release of a job so that the whole job is (epsilon, delta)-DP.
 
+    unit_period: None when the privacy unit is a user over the whole window range; else the
+    length in seconds of the period of a user x period unit (a multiple of the fixed window
+    size): the budget then holds per user and period, and only the runs that one unit period
+    can touch are composed (`unit_runs`; peak periods overlapping a unit period).
+
     Checks: release names unique; topk has a public partition list with at least k entries;
-    peak period a multiple of the window step and L1 <= maximum; svt releases are not planned here.
+    peak period a multiple of the window step and L1 <= maximum; svt sensitivity at most 1 and a
+    budget share that admits at least one AboveThreshold instance.
     """
     releases = tuple(releases)
     if not releases:
@@ -291,13 +391,15 @@ def plan_job(
         raise PlanningError(f"release names must be unique, got {names}")
     if not (isinstance(delta, (int, float)) and 0 < delta < 1):
         raise PlanningError(f"privacy.delta must lie in (0, 1), got {delta!r}")
-    windows = window.count
+    windows = unit_runs(window, unit_period)
     integral = integral_sums(bounds)
     selection_runs = sum(windows for r in releases if r.kind == "histogram" and r.partitions is None)
     selection_delta = SELECTION_DELTA_SHARE * delta / selection_runs if selection_runs else None
 
     entries: list[Release] = []
     sizes: dict[str, tuple[int, ...]] = {}
+    monitors = {spec.name: _svt_plan(spec, bounds, window, epsilon, delta, releases)
+                for spec in releases if spec.kind == "svt"}
     for spec in releases:
         where = f"release {spec.name!r}"
         if spec.kind == "histogram" and spec.partitions is None:
@@ -320,20 +422,33 @@ def plan_job(
             if bounds.l1 > spec.maximum:
                 raise PlanningError(f"{where}: maximum must be at least the L1 sensitivity {bounds.l1:g} of a window total, got {spec.maximum!r}")
             sizes[spec.name] = period_sizes(window, spec.period)
-            runs = sum(1 for d in sizes[spec.name] if d >= 2)
+            runs = _peak_runs(window, unit_period, spec.period, sizes[spec.name])
             if runs == 0:
                 raise PlanningError(f"{where}: every period holds a single window; period must cover at least 2 windows")
             entries.append(Release(spec.name, "pure", spec.weight, 1.0, runs))
-        else:
+        elif spec.kind != "svt":
             raise PlanningError(f"{where}: kind {spec.kind!r} is not planned by pipelines.planning; allowed: histogram, topk, peak")
 
+    fixed = tuple(monitor.event for monitor in monitors.values())
     try:
-        calibrated = calibrate(entries, epsilon, delta)
+        if entries:
+            calibrated = calibrate(entries, epsilon, delta, fixed=fixed)
+        else:
+            accountant = Accountant()
+            for event in fixed:
+                accountant.compose(event)
+            explanation = accountant.explain(delta)
+            if explanation.value > epsilon:
+                raise ValueError(f"the monitors' budgets compose to epsilon {explanation.value!r}")
+            calibrated = CalibratedPlan((), epsilon, delta, explanation.value, explanation, True, fixed)
     except (ValueError, SpecError) as err:
         raise PlanningError(f"cannot calibrate the job to epsilon={epsilon!r}, delta={delta!r}: {err}") from err
     by_name = calibrated.by_name()
     planned: list[ReleasePlan] = []
     for spec in releases:
+        if spec.kind == "svt":
+            planned.append(monitors[spec.name])
+            continue
         event = by_name[spec.name].event
         if spec.kind == "histogram" and spec.partitions is None:
             sigma = bounds.linf * math.sqrt(bounds.max_partitions / (2.0 * event.rho))
@@ -357,7 +472,54 @@ def plan_job(
         else:
             sensitivity = bounds.l1 / spec.maximum
             sigma = _peak_sigma(sizes[spec.name], event.epsilon, sensitivity)
-            runs = sum(1 for d in sizes[spec.name] if d >= 2)
+            runs = _peak_runs(window, unit_period, spec.period, sizes[spec.name])
             planned.append(PeakPlan(spec, runs, round(spec.period / window.step), sizes[spec.name], sigma,
                                     sensitivity, event.epsilon, event))
-    return JobPlan(tuple(planned), calibrated, bounds, window)
+    return JobPlan(tuple(planned), calibrated, bounds, window, unit_period)
+
+
+def _peak_runs(window: WindowSpec, unit_period: float | None, period: float, sizes: tuple[int, ...]) -> int:
+    """Report-noisy-max runs one unit can touch: peak periods of at least two windows overlapping its unit period."""
+    per_period = round(period / window.step)
+    if unit_period is None:
+        return sum(1 for d in sizes if d >= 2)
+    per_unit = check_unit_period(window, unit_period)
+    total = window.count
+    return max(sum(1 for q in range(first // per_period, (min(first + per_unit, total) - 1) // per_period + 1)
+                   if sizes[q] >= 2)
+               for first in range(0, total, per_unit))
+
+
+def svt_sensitivity(spec: ReleaseSpec, bounds: ContributionBounds) -> float:
+    """How far one privacy unit moves an svt release's normalised window query.
+
+    count and share: L0 * max_contributions records (share: a record's
+    partition for bounding is (partition, positive or not), still at most L0
+    of them), over the maximum; sum: the L1 sensitivity of the window total
+    over the maximum. Proof for share: docs/proofs/svt.SparseVectorAlerts.md.
+    """
+    if spec.metric == "sum":
+        return bounds.l1 / spec.maximum
+    return bounds.max_partitions * bounds.max_contributions / spec.maximum
+
+
+def _svt_plan(spec: ReleaseSpec, bounds: ContributionBounds, window: WindowSpec, epsilon: float, delta: float,
+              releases: tuple[ReleaseSpec, ...]) -> SvtPlan:
+    where = f"release {spec.name!r}"
+    share = spec.weight / math.fsum(r.weight for r in releases)
+    sensitivity = svt_sensitivity(spec, bounds)
+    if not sensitivity <= 1.0:
+        raise PlanningError(f"{where}: maximum must be at least the sensitivity {sensitivity * spec.maximum:g} of a "
+                            f"window total (normalised sensitivity <= 1), got {spec.maximum!r}")
+    # A hair below the exact share, so that the accountant's upward-rounded sums stay within the job's target.
+    monitor_epsilon = epsilon * share * (1.0 - MONITOR_SHARE_MARGIN)
+    monitor_delta = 0.0 if spec.method == "laplace" else delta * share * (1.0 - MONITOR_SHARE_MARGIN)
+    event = PureDP(monitor_epsilon) if spec.method == "laplace" else ApproxDP(monitor_epsilon, monitor_delta)
+    try:
+        monitor = SparseVectorMonitor(spec.threshold, spec.sigma_threshold, sensitivity, monitor_epsilon, monitor_delta,
+                                      sigma_query=spec.sigma_query, method=spec.method,
+                                      persist_threshold=spec.persist_threshold)
+    except ValueError as err:
+        raise PlanningError(f"{where}: {err}") from err
+    return SvtPlan(spec, window.count, sensitivity, monitor_epsilon, monitor_delta, event, monitor.instance_epsilon,
+                   monitor.describe())

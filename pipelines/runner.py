@@ -13,12 +13,23 @@ Order matters for privacy (DESIGN.md §1, §6):
    as one file;
 5. the report is built from the plan, the accountant's explanation and the
    ledger's answer (`pipelines.report`).
+SVT monitors (`kind = "svt"`) continue across scheduled runs. Before the
+build, each monitor's sealed record is read from the ledger (none: a new
+monitor, whose whole budget this run debits); a continued monitor must have
+the same parameters and continue exactly where the last run stopped
+(window.start = its next window). The debit of step 3 also checks the
+monitors out (`Ledger.spend_and_check_out`); after the pipeline, each
+monitor's sealed state is checked back in. It travels from the pipeline to
+the ledger through a private temporary file (owner-only, deleted at once).
 A failure after step 3 (a bad row, a runner error) keeps the debit: the data
 may have been touched, so refunding would depend on it. Nothing is released.
 """
 from __future__ import annotations
 
+import json
 import os
+import shutil
+import tempfile
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -37,6 +48,7 @@ from connectors.writers import release_path, write_rows
 from pipelines import report
 from pipelines.jobfile import Job
 from pipelines.planning import JobPlan, PlanningError, plan_job
+from pipelines.windowing import iso
 
 EXIT_OK = 0
 EXIT_ERROR = 2
@@ -61,7 +73,8 @@ class RunOutcome:
 def plan(job: Job) -> JobPlan:
     """The job's plan; a planning error becomes a RunError naming the job file."""
     try:
-        return plan_job(job.releases, job.privacy.bounds, job.window, job.privacy.epsilon, job.privacy.delta)
+        return plan_job(job.releases, job.privacy.bounds, job.window, job.privacy.epsilon, job.privacy.delta,
+                        job.privacy.unit_period)
     except PlanningError as err:
         raise RunError(f"{job.source}: {err}") from err
 
@@ -104,20 +117,27 @@ def run(
     url = resolve_url(ledger_url or job.privacy.ledger)
 
     files = {spec.name: release_path(output_dir, spec.name, job.output.format) for spec in job.releases}
+    records = _monitor_records(job, job_plan, url)
+    sealed_dir = tempfile.mkdtemp(prefix="dpstream-sealed-") if records else None
     try:
-        pipeline = _build_pipeline(job, job_plan, options, files)
-    except (ValueError, TypeError) as err:
-        raise RunError(f"{job.source}: cannot build the pipeline: {err}; nothing was debited") from err
+        try:
+            pipeline = _build_pipeline(job, job_plan, options, files, records, sealed_dir)
+        except (ValueError, TypeError) as err:
+            raise RunError(f"{job.source}: cannot build the pipeline: {err}; nothing was debited") from err
 
-    tick = time.perf_counter()
-    debit = _debit(job, job_plan, url, started_at)
-    timings["debit_s"] = time.perf_counter() - tick
-    log(debit["message"])
+        tick = time.perf_counter()
+        debit = _debit(job, job_plan, url, started_at, records)
+        timings["debit_s"] = time.perf_counter() - tick
+        log(debit["message"])
 
-    tick = time.perf_counter()
-    os.makedirs(output_dir, exist_ok=True)
-    _run_pipeline(pipeline, debit)
-    timings["pipeline_s"] = time.perf_counter() - tick
+        tick = time.perf_counter()
+        os.makedirs(output_dir, exist_ok=True)
+        _run_pipeline(pipeline, debit)
+        _check_in_monitors(job, job_plan, url, debit, sealed_dir)
+        timings["pipeline_s"] = time.perf_counter() - tick
+    finally:
+        if sealed_dir is not None:
+            shutil.rmtree(sealed_dir, ignore_errors=True)
 
     tick = time.perf_counter()
     context = report.RunContext(
@@ -142,14 +162,74 @@ def _check_writable(output_dir: str) -> None:
         raise RunError(f"output directory {output_dir}: {existing} is not a writable directory")
 
 
-def _debit(job: Job, job_plan: JobPlan, url: str, started_at: str) -> dict[str, Any]:
+def _monitor_records(job: Job, job_plan: JobPlan, url: str) -> dict[str, dict[str, Any] | None]:
+    """svt release name -> its sealed ledger record (None: a new monitor); checks that a run may continue it."""
+    records: dict[str, dict[str, Any] | None] = {}
+    if not job_plan.monitors():
+        return records
+    try:
+        with Ledger(url) as ledger:
+            for planned in job_plan.monitors():
+                records[planned.name] = ledger.monitor_record(job.privacy.scope, planned.name)
+    except LedgerError as err:
+        raise RunError(f"{err}; nothing was debited") from err
+    for planned in job_plan.monitors():
+        record = records[planned.name]
+        if record is None:
+            continue
+        where = f"{job.source}: release {planned.name!r}"
+        if record.get("checked_out") is not None:
+            raise RunError(f"{where}: the monitor is checked out by the run of ledger release {record['checked_out']} "
+                           f"(still running, or failed); nothing was debited")
+        if "monitor" not in record or "next_start" not in record:
+            raise RunError(f"{where}: monitor {planned.name!r} on scope {job.privacy.scope!r} is not an svt release "
+                           f"monitor; choose another release name")
+        wanted = planned.monitor().to_dict()["parameters"]
+        if record["monitor"]["parameters"] != wanted:
+            raise RunError(f"{where}: the monitor was opened with parameters {record['monitor']['parameters']}, "
+                           f"the job now asks for {wanted}; a monitor's parameters cannot change")
+        if record["next_start"] != job.window.start:
+            raise RunError(f"{where}: the monitor continues at window start {iso(record['next_start'])}, "
+                           f"got window.start {iso(job.window.start)}")
+    return records
+
+
+def _check_in_monitors(job: Job, job_plan: JobPlan, url: str, debit: dict[str, Any], sealed_dir: str | None) -> None:
+    """Store each monitor's sealed state (written by the pipeline) back in the ledger."""
+    next_start = job.window.start + job.window.count * job.window.step
+    for planned in job_plan.monitors():
+        path = os.path.join(sealed_dir, f"{planned.name}.json")
+        with open(path, encoding="utf-8") as handle:
+            state = json.load(handle)
+        os.unlink(path)
+        try:
+            with Ledger(url) as ledger:
+                ledger.check_in_monitor(job.privacy.scope, planned.name, debit["release_id"],
+                                        {"monitor": state, "next_start": next_start}, state["halt_reason"] is not None)
+        except LedgerError as err:
+            raise RunError(f"{err}; the releases were written, the monitor stays checked out") from err
+
+
+def _seal(states: list, path: str) -> None:
+    """Write the one sealed state of a monitor run to a private file (owner read/write only)."""
+    if len(states) != 1:
+        raise ValueError(f"a monitor run must seal exactly one state, got {len(states)}")
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+        json.dump(states[0], handle)
+
+
+def _debit(job: Job, job_plan: JobPlan, url: str, started_at: str,
+           records: dict[str, dict[str, Any] | None]) -> dict[str, Any]:
     scope = job.privacy.scope
     create_hint = (
         f"create it with `dpstream budget init --ledger {url} --scope {scope} --epsilon EPSILON --delta DELTA "
         f"--filter approx:release_delta={job.privacy.delta!r}` (one run of this job spends "
         f"epsilon={job.privacy.epsilon:g}, delta={job.privacy.delta:g})"
     )
-    event = Composed(tuple(job_plan.events()))
+    continued = frozenset(name for name, record in records.items() if record is not None)
+    event = Composed(tuple(job_plan.events(continued)))
+    monitors = {m.name: (m.epsilon, m.delta, records[m.name]) for m in job_plan.monitors()}
     label = f"job {job.name} ({job.source}) at {started_at}: " + ", ".join(r.name for r in job.releases)
     try:
         with Ledger(url) as ledger:
@@ -157,7 +237,10 @@ def _debit(job: Job, job_plan: JobPlan, url: str, started_at: str) -> dict[str, 
                 ledger.show(scope)
             except LedgerError as err:
                 raise RunError(f"budget scope {scope!r} is not in ledger {ledger.display_url}; {create_hint}") from err
-            result = ledger.spend(scope, event, label)
+            if monitors:
+                result = ledger.spend_and_check_out(scope, event, label, monitors)
+            else:
+                result = ledger.spend(scope, event, label)
             after = ledger.show(scope) if result.admitted else None
             display_url = ledger.display_url
     except LedgerError as err:
@@ -175,13 +258,22 @@ def _debit(job: Job, job_plan: JobPlan, url: str, started_at: str) -> dict[str, 
     }
 
 
-def _build_pipeline(job: Job, job_plan: JobPlan, options: PipelineOptions, files: dict[str, str]) -> beam.Pipeline:
+def _build_pipeline(job: Job, job_plan: JobPlan, options: PipelineOptions, files: dict[str, str],
+                    records: dict[str, dict[str, Any] | None], sealed_dir: str | None) -> beam.Pipeline:
     """The job's Beam graph: read -> private releases -> one file per release. Building it reads no data."""
-    from pipelines.graph import private_releases
+    from pipelines.graph import release_graph
 
     pipeline = beam.Pipeline(options=options)
     batches = pipeline | "Read events" >> ReadEvents(job.input)
-    released = private_releases(batches, job.releases, job_plan, job.privacy.bounds, job.window, job.beam.seed)
+    initial = {name: None if record is None else record["monitor"] for name, record in records.items()}
+    released, states = release_graph(batches, job.releases, job_plan, job.privacy.bounds, job.window, job.beam.seed,
+                                     monitor_states=initial)
+    for name, state in states.items():
+        (
+            state
+            | f"Collect state {name}" >> beam.combiners.ToList()
+            | f"Seal state {name}" >> beam.Map(_seal, os.path.join(sealed_dir, f"{name}.json"))
+        )
     for name, rows in released.items():
         (
             rows

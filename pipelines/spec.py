@@ -32,6 +32,8 @@ EVENT_SCHEMA = pa.schema(
 MICROS = 1_000_000
 RELEASE_KINDS = ("histogram", "topk", "peak", "svt")
 NOISE_KINDS = ("gaussian", "laplace")
+SVT_METRICS = ("count", "sum", "share")
+SVT_METHODS = ("fsrc", "whitehouse", "laplace")  # pipelines.monitor.MONITOR_METHODS (kept Beam- and scipy-free here)
 
 
 class SpecError(ValueError):
@@ -130,10 +132,16 @@ class ReleaseSpec:
 
     kind: histogram (per-window noisy value per partition), topk (per-window top-k partitions by the
     exponential mechanism), peak (per period, the window with the largest total, Gaussian
-    report-noisy-max), svt (threshold alerts; see the SVT issue).
+    report-noisy-max), svt (threshold alerts by a sparse-vector monitor, `pipelines.svt`).
     noise: gaussian or laplace (histogram); partitions: the public partition list, or None when the
     partitions are unknown (then only privately selected partitions appear); k: list length for topk;
-    weight: relative share of the job's budget (see accounting.calibrate).
+    weight: relative share of the job's budget (see accounting.calibrate; an svt release's share is its
+    monitor's whole budget, see planning.plan_job).
+    svt: metric count (bounded records), sum (bounded values) or share (bounded records whose value is
+    positive, over max(bounded records, maximum)); maximum: public normaliser (count and sum: an upper
+    bound of the window total; share: the least denominator); threshold in [0, 1] units of the
+    normalised query; sigma_threshold, sigma_query (default sqrt(3) sigma_threshold); method fsrc,
+    whitehouse or laplace; persist_threshold: keep an open instance's noisy threshold between runs.
     """
 
     name: str
@@ -144,7 +152,13 @@ class ReleaseSpec:
     k: int | None = None
     period: float | None = None  # peak: seconds per period (e.g. a month of daily windows)
     counts: bool = False  # topk: also release Gaussian counts for the chosen keys
-    maximum: float | None = None  # peak: public upper bound of a window's total (totals are clipped to [0, maximum])
+    maximum: float | None = None  # peak, svt: public normaliser of a window's total (see above)
+    threshold: float | None = None  # svt
+    sigma_threshold: float | None = None  # svt
+    sigma_query: float | None = None  # svt; None: sqrt(3) * sigma_threshold
+    metric: str = "count"  # svt
+    method: str = "fsrc"  # svt
+    persist_threshold: bool = False  # svt
 
     def __post_init__(self) -> None:
         where = f"release {self.name!r}"
@@ -160,6 +174,29 @@ class ReleaseSpec:
                      f"{where}: period must be a positive number of seconds, got {self.period!r}")
             _require(self.maximum is not None and math.isfinite(self.maximum) and self.maximum > 0,
                      f"{where}: maximum must be a positive number (public bound of a window total), got {self.maximum!r}")
+        if self.kind == "svt":
+            self._check_svt(where)
         if self.partitions is not None:
             _require(isinstance(self.partitions, tuple) and len(self.partitions) > 0,
                      f"{where}: partitions must be a non-empty list when given, got {self.partitions!r}")
+
+    def _check_svt(self, where: str) -> None:
+        def number(value) -> bool:
+            return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+        _require(self.metric in SVT_METRICS, f"{where}: metric must be one of {list(SVT_METRICS)}, got {self.metric!r}")
+        _require(self.method in SVT_METHODS, f"{where}: method must be one of {list(SVT_METHODS)}, got {self.method!r}")
+        _require(number(self.maximum) and self.maximum > 0,
+                 f"{where}: maximum must be a positive number (public normaliser of a window total), got {self.maximum!r}")
+        _require(number(self.threshold) and 0 <= self.threshold <= 1,
+                 f"{where}: threshold must lie in [0, 1] (units of the normalised query), got {self.threshold!r}")
+        _require(number(self.sigma_threshold) and self.sigma_threshold > 0,
+                 f"{where}: sigma_threshold must be a positive number, got {self.sigma_threshold!r}")
+        if self.sigma_query is not None:
+            _require(number(self.sigma_query) and self.sigma_query > 0,
+                     f"{where}: sigma_query must be a positive number, got {self.sigma_query!r}")
+            _require(self.method == "laplace" or self.sigma_query > self.sigma_threshold,
+                     f"{where}: sigma_query must exceed sigma_threshold={self.sigma_threshold!r} for the Zhu–Wang bound, "
+                     f"got {self.sigma_query!r}")
+        _require(isinstance(self.persist_threshold, bool),
+                 f"{where}: persist_threshold must be true or false, got {self.persist_threshold!r}")
