@@ -116,6 +116,7 @@ def report_json(context: RunContext, tables: dict[str, pa.Table], chart: str | N
         },
         "privacy": {
             "scope": job.privacy.scope,
+            "unit": {"column": job.input.user, "period_s": job.privacy.unit_period},
             "epsilon": job.privacy.epsilon,
             "delta": job.privacy.delta,
             "bounds": {
@@ -170,7 +171,9 @@ def report_markdown(context: RunContext, content: dict[str, Any]) -> str:
         "",
         f"Job file `{job.source}`, run on {content['runner']['name']} starting {context.started_at}.",
         "",
-        "## 1. Contribution bounds",
+        "## 1. Privacy unit and contribution bounds",
+        "",
+        _unit_text(job),
         "",
         f"Each privacy unit (column `{job.input.user}`) keeps, per window, at most {bounds.max_partitions} "
         f"partitions (column `{job.input.partition}`) and at most {bounds.max_contributions} events per partition, "
@@ -214,6 +217,19 @@ def report_markdown(context: RunContext, content: dict[str, Any]) -> str:
     lines += ["", "## 5. Timings", "", "| step | seconds |", "| --- | --- |"]
     lines += [f"| {name.removesuffix('_s')} | {value:.3f} |" for name, value in content["timings_s"].items()]
     return "\n".join(lines) + "\n"
+
+
+def _unit_text(job: Job) -> str:
+    """The neighbouring relation in plain words."""
+    column, period = job.input.user, job.privacy.unit_period
+    if period is None:
+        return (f"The privacy unit is one value of `{column}` over the whole range: two inputs are neighbours when "
+                f"they differ in all records of one `{column}`, and the budget below covers all its windows together.")
+    return (f"The privacy unit is one value of `{column}` during one {_duration(period)} period (periods start at "
+            f"{iso(job.window.start)}): two inputs are neighbours when they differ in all records of one `{column}` "
+            f"within one period, and the budget below holds per period, renewing each period. A `{column}` active in "
+            f"d periods is protected for each period separately; for all its records together the protection is the "
+            f"composition of d such budgets (at most d times the epsilon).")
 
 
 def _duration(seconds: float) -> str:
