@@ -228,8 +228,8 @@ def _unit_text(job: Job) -> str:
     return (f"The privacy unit is one value of `{column}` during one {_duration(period)} period (periods start at "
             f"{iso(job.window.start)}): two inputs are neighbours when they differ in all records of one `{column}` "
             f"within one period, and the budget below holds per period, renewing each period. A `{column}` active in "
-            f"d periods is protected for each period separately; for all its records together the protection is the "
-            f"composition of d such budgets (at most d times the epsilon).")
+            f"d periods is protected for each period separately; for all its records together it is protected as a "
+            f"group of d units (epsilon up to d times larger, delta larger still).")
 
 
 def _duration(seconds: float) -> str:
