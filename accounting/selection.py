@@ -12,8 +12,10 @@ Vector Technique with Renyi Differential Privacy", cited as ZW):
   Lemma 18), or after it was stopped from outside having output BOT^t (same
   argument; docs/proofs/selection.above_threshold_expost_epsilon.md).
 - `above_threshold_rdp`, `above_threshold_pdp_epsilon`: ex-ante RDP of Gaussian
-  AboveThreshold on non-negative queries (ZW, as restated in LPB Thm 7) and the
-  probabilistic DP it implies (LPB Sec 2, from Mironov 2017).
+  AboveThreshold on queries bounded below (ZW's general bound, LPB Thm 6, with
+  the worst-case stopping-time moment computed exactly; the closed form of LPB
+  Thm 7 undershoots that moment near threshold = lower and is not used) and
+  the probabilistic DP it implies (LPB Sec 2, from Mironov 2017).
 
 Neighbouring relation: any pair of datasets on which every query differs by at
 most `sensitivity` (for dpstream: add or remove one privacy unit). Measures:
