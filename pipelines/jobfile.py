@@ -26,7 +26,7 @@ from pipelines.spec import (
 
 SECTIONS = {
     "input": ("format", "path", "user", "timestamp", "partition", "value", "timestamp_format", "timezone", "partitions"),
-    "window": ("size", "period", "start", "end"),
+    "window": ("size", "period", "start", "end", "allowed_lateness"),
     "privacy": (
         "scope", "epsilon", "delta", "ledger", "max_partitions", "max_contributions", "min_value", "max_value",
         "unit_period",
@@ -149,7 +149,9 @@ def _window(check: "_Checker", table: dict, timezone: str) -> WindowSpec:
     period = check.duration(table, "window", "period", default=None)
     start = check.instant(table, "window", "start", timezone)
     end = check.instant(table, "window", "end", timezone)
-    return check.build(WindowSpec, size=size, start=start, end=end, period=period)
+    given = table.get("allowed_lateness", 0)
+    lateness = 0.0 if given in (0, "0s") else check.duration(table, "window", "allowed_lateness")
+    return check.build(WindowSpec, size=size, start=start, end=end, period=period, allowed_lateness=lateness)
 
 
 def _privacy(check: "_Checker", table: dict) -> PrivacySettings:

@@ -52,12 +52,18 @@ class WindowSpec:
     Fixed windows when `period` is None, else sliding windows of length `size`
     starting every `period` seconds (a record belongs to size/period windows).
     Window i covers [start + i * step, start + i * step + size), step = period or size.
+
+    Late data (streaming): window i is released once, when the watermark passes its
+    end plus `allowed_lateness` seconds; records of window i that arrive after that
+    are dropped and not counted anywhere (how many arrive late depends on the data,
+    so publishing the number would need its own noise). Batch runs see no late data.
     """
 
     size: float
     start: float
     end: float
     period: float | None = None
+    allowed_lateness: float = 0.0
 
     def __post_init__(self) -> None:
         _require(math.isfinite(self.size) and self.size > 0, f"window.size must be a positive number of seconds, got {self.size!r}")
@@ -67,6 +73,8 @@ class WindowSpec:
         )
         _require(math.isfinite(self.start) and math.isfinite(self.end) and self.end > self.start,
                  f"window.end must be after window.start, got start={self.start!r}, end={self.end!r}")
+        _require(math.isfinite(self.allowed_lateness) and self.allowed_lateness >= 0,
+                 f"window.allowed_lateness must be a non-negative number of seconds, got {self.allowed_lateness!r}")
 
     @property
     def step(self) -> float:

@@ -10,6 +10,15 @@ when the watermark passes end_i (the default trigger), never earlier.
 Moving a timestamp forward to end_i - 1 us is always allowed: every record of
 window i has an earlier event time.
 
+Late data: with `WindowSpec.allowed_lateness` L, pieces travel at end_i + L - 1 us
+instead and the Beam windows end at end_i + L, so the single release of window i
+waits until the watermark passes end_i + L and includes every record that arrived
+before then. A record that arrives after that is behind the watermark of its
+Beam window and the runner drops it (Beam's default: no allowed lateness on the
+Beam window, one pane per window). Each window is still released exactly once, so
+the plan's one run per window holds; dropping records only removes data. Nothing
+counts the dropped records in the release: their number depends on the data.
+
 Periods (peak releases) group `per_period` consecutive windows; period p is
 emitted at the end of its last nominal window and windowed the same way.
 """
@@ -54,21 +63,26 @@ def window_end_micros(window: WindowSpec, index: int) -> int:
     return _micros(window.start) + index * _micros(window.step) + _micros(window.size)
 
 
+def release_micros(window: WindowSpec, index: int) -> int:
+    """When window `index` is released in streaming: its end plus the allowed lateness (microseconds)."""
+    return window_end_micros(window, index) + _micros(window.allowed_lateness)
+
+
 def window_timestamp(window: WindowSpec, index: int) -> Timestamp:
-    """The timestamp at which pieces of window `index` travel: its end minus one microsecond."""
-    return Timestamp(micros=window_end_micros(window, index) - 1)
+    """The timestamp at which pieces of window `index` travel: its release time minus one microsecond."""
+    return Timestamp(micros=release_micros(window, index) - 1)
 
 
 def window_index(window: WindowSpec, timestamp: Timestamp) -> int:
     """Inverse of `window_timestamp`."""
-    end = timestamp.micros + 1
+    end = timestamp.micros + 1 - _micros(window.allowed_lateness)
     return (end - _micros(window.start) - _micros(window.size)) // _micros(window.step)
 
 
 def beam_windows(window: WindowSpec, per_period: int = 1) -> FixedWindows:
-    """Beam fixed windows of per_period * step ending at the ends of windows per_period - 1, 2 per_period - 1, ..."""
+    """Beam fixed windows of per_period * step ending at the release times of windows per_period - 1, 2 per_period - 1, ..."""
     length = per_period * _micros(window.step)
-    first_end = window_end_micros(window, per_period - 1)
+    first_end = release_micros(window, per_period - 1)
     return FixedWindows(Duration(micros=length), Timestamp(micros=first_end % length))
 
 
