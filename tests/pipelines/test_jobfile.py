@@ -39,7 +39,7 @@ def _load(tmp_path, text, name="job.toml"):
 def test_the_bundled_example_loads():
     job = jobfile.load(EXAMPLE)
     assert job.window.count == 365 and job.window.size == 86400
-    assert [r.kind for r in job.releases] == ["histogram", "topk", "peak"]
+    assert [r.kind for r in job.releases] == ["histogram", "topk", "peak", "svt"]
     assert job.input.user == "tailnum" and len(job.releases[0].partitions) == 104
     assert job.releases[2].period == 30 * 86400 and job.releases[2].maximum == 1100
 

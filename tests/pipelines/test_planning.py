@@ -98,7 +98,7 @@ def test_more_budget_means_less_noise():
     (ReleaseSpec("t", "topk", k=4, partitions=("a", "b")), "k must be at most the 2 listed partitions, got 4"),
     (ReleaseSpec("p", "peak", period=1.5 * DAY, maximum=100.0), "multiple of the window step"),
     (ReleaseSpec("p", "peak", period=7 * DAY, maximum=1.0), "maximum must be at least the L1 sensitivity 2"),
-    (ReleaseSpec("s", "svt"), "kind 'svt' is not planned"),
+    (ReleaseSpec("s", "svt", maximum=1.0, threshold=0.5, sigma_threshold=0.2), "maximum must be at least the sensitivity 2"),
 ])
 def test_plan_errors_name_the_release(release, message):
     with pytest.raises(PlanningError, match=message):
