@@ -5,7 +5,7 @@ import importlib
 import sys
 import time
 
-BENCHMARKS = ("accounting", "selection", "mechanisms", "pipelines", "svt_filters")
+BENCHMARKS = ("accounting", "selection", "mechanisms", "pipelines", "svt_filters", "svt")
 
 
 def main() -> int:
