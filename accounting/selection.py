@@ -57,6 +57,17 @@ _MAX_DROP = 60.0
 _NODES_PER_PANEL = 12
 _GL_NODES, _GL_WEIGHTS = np.polynomial.legendre.leggauss(_NODES_PER_PANEL)
 _LEVELS = _MAX_DROP * (np.arange(1, _LEVELS_PER_SIDE + 1) / _LEVELS_PER_SIDE) ** 2
+# Level points of both sides in one row: the left side's levels, then the right side's.
+_LEVEL_SIDES = np.repeat([-1.0, 1.0], _LEVELS_PER_SIDE)
+_LEVEL_DROPS = np.tile(_LEVELS, 2)
+_LEVEL_SCALES = np.sqrt(2.0 * _LEVEL_DROPS)
+# The first pass evaluates every panel's rule and the rules on its two halves at once: nodes on [-1, 1],
+# and weights whose columns give (whole panel, left half, right half) in units of the panel's half-width.
+_FIRST_PASS_NODES = np.concatenate([_GL_NODES, 0.5 * (_GL_NODES - 1.0), 0.5 * (_GL_NODES + 1.0)])
+_FIRST_PASS_WEIGHTS = np.zeros((3 * _NODES_PER_PANEL, 3))
+_FIRST_PASS_WEIGHTS[:_NODES_PER_PANEL, 0] = _GL_WEIGHTS
+_FIRST_PASS_WEIGHTS[_NODES_PER_PANEL : 2 * _NODES_PER_PANEL, 1] = 0.5 * _GL_WEIGHTS
+_FIRST_PASS_WEIGHTS[2 * _NODES_PER_PANEL :, 2] = 0.5 * _GL_WEIGHTS
 _MODE_ITERATIONS = 200
 _MODE_TOLERANCE = 1e-2  # Newton step, in units of the local scale
 _MAX_REFINEMENTS = 40
@@ -71,110 +82,136 @@ _ROUNDING_PER_LOG = 1e-14  # float rounding in a log-expectation of size |log E|
 class _Integrand:
     """log of phi(x) prod_j Phi(s_j x + c_j)^{n_j}, one parameter row per integral.
 
-    `n`, `s`, `c` have shape (rows, J); every evaluation takes points of shape
-    (rows, ...) and broadcasts the row's parameters over the trailing axes.
+    `n`, `s`, `c` have shape (rows, J). Points come as an array of shape
+    (rows, m), row i's points in x[i] (or shape (m,): the same points for every
+    row); `value` also takes panels of points, shape (panels, m), with `row`
+    naming each panel's row. The parameters are kept as (J, rows, 1) so that
+    every elementwise step runs over contiguous points and the sum over j adds
+    whole arrays.
     """
 
     def __init__(self, n, s, c):
         self.n, self.s, self.c = n, s, c
-
-    def _params(self, x, row):
-        shape = (x.shape[0],) + (1,) * (x.ndim - 1) + (self.n.shape[1],)
-        if row is None:
-            return self.n.reshape(shape), self.s.reshape(shape), self.c.reshape(shape)
-        return self.n[row].reshape(shape), self.s[row].reshape(shape), self.c[row].reshape(shape)
+        self._n, self._s, self._c = n.T[:, :, None], s.T[:, :, None], c.T[:, :, None]
+        self._ns = self._n * self._s
 
     def value(self, x, row=None):
-        n, s, c = self._params(x, row)
-        return np.add.reduce(n * log_ndtr(s * x[..., None] + c), axis=-1) - 0.5 * x * x - _LOG_SQRT_2PI
+        if row is None:
+            n, s, c = self._n, self._s, self._c
+        else:
+            n, s, c = self._n[:, row], self._s[:, row], self._c[:, row]
+        return np.add.reduce(n * log_ndtr(s * x + c), axis=0) - 0.5 * x * x - _LOG_SQRT_2PI
 
-    def slope(self, x):
-        """The derivative of the log integrand at x (decreasing in x)."""
-        n, s, c = self._params(x, None)
-        return np.add.reduce(n * s * (_SQRT_2_OVER_PI / erfcx((s * x[..., None] + c) * -_SQRT_HALF)), axis=-1) - x
-
-    def derivatives(self, x):
-        """Value, slope and curvature at x (curvature < 0: the integrand is strictly log-concave)."""
-        n, s, c = self._params(x, None)
-        u = s * x[..., None] + c
-        log_cdf = log_ndtr(u)
-        # Inverse Mills ratio lambda = phi(u) / Phi(u) = sqrt(2/pi) / erfcx(-u/sqrt 2): finite for every u
-        # (it tends to -u below and to 0 above). Its derivative -lambda (u + lambda) lies in [-1, 0].
+    def value_slope(self, x):
+        """Value and slope (derivative, decreasing in x) at x."""
+        u = self._s * x + self._c
+        # Inverse Mills ratio lambda(u) = phi(u) / Phi(u) = sqrt(2/pi) / erfcx(-u/sqrt 2), finite for every u.
         mills = _SQRT_2_OVER_PI / erfcx(u * -_SQRT_HALF)
-        mills_slope = np.minimum(np.maximum(-mills * (u + mills), -1.0), 0.0)
-        ns = n * s
-        value = np.add.reduce(n * log_cdf, axis=-1) - 0.5 * x * x - _LOG_SQRT_2PI
-        slope = np.add.reduce(ns * mills, axis=-1) - x
-        curvature = np.add.reduce(ns * s * mills_slope, axis=-1) - 1.0
-        return value, slope, curvature
+        value = np.add.reduce(self._n * log_ndtr(u), axis=0) - 0.5 * x * x - _LOG_SQRT_2PI
+        return value, np.add.reduce(self._ns * mills, axis=0) - x
 
 
 # Candidate points for bracketing the mode: 0 and +-2^(k/2), k = -40..39 (about 1e-6 to 7e5).
-_BRACKET_GRID = np.concatenate([-(2.0 ** np.arange(19.5, -20.5, -0.5)), [0.0], 2.0 ** np.arange(-20.0, 20.0, 0.5)])
+_BRACKET_GRID = np.concatenate([-(2.0 ** np.arange(19.5, -20.5, -0.5)), [0.0], 2.0 ** np.arange(-20.0, 20.0, 0.5)]).tolist()
 _FAR = 1e300
 
 
-def _mode(f):
-    """The maximiser of the strictly concave log integrand, one per row, by safeguarded Newton.
+def _row_slope_bend(terms, x):
+    """Slope of one row's log integrand at x and minus its curvature there (at least the row's min curvature)."""
+    slope, bend = -x, 1.0
+    for n, s, c in terms:
+        u = s * x + c
+        # Inverse Mills ratio lambda(u) = phi(u) / Phi(u) = sqrt(2/pi) / erfcx(-u/sqrt 2): finite for every u
+        # (it tends to -u below and to 0 above). Its derivative -lambda (u + lambda) lies in [-1, 0].
+        mills = _SQRT_2_OVER_PI / float(erfcx(u * -_SQRT_HALF))
+        slope += n * s * mills
+        bend += n * s * s * min(max(mills * (u + mills), 0.0), 1.0)
+    return slope, bend
 
-    One vectorised pass over _BRACKET_GRID brackets the root of the (decreasing)
-    slope between neighbouring grid points (or beyond the outermost one) and
-    starts from their secant point;
+
+def _row_mode(terms):
+    """(mode, log integrand there, curvature there) of one row, terms = [(n_j, s_j, c_j), ...] as floats.
+
+    Bisection over the sorted _BRACKET_GRID brackets the root of the
+    (decreasing) slope between neighbouring grid points (or beyond the
+    outermost one, up to +-_FAR) and starts from their secant point; safeguarded
     Newton then falls back to bisection whenever it leaves the bracket. Only
     panel placement depends on the mode, so it stops once the Newton step is
-    below _MODE_TOLERANCE of the local scale.
+    below _MODE_TOLERANCE of the local scale (step^2 |curvature| = step * slope).
+    Scalar code: per row, a few dozen scalar special-function calls cost less
+    than the same number of small numpy operations.
     """
-    rows = f.n.shape[0]
-    grid = np.broadcast_to(_BRACKET_GRID, (rows, _BRACKET_GRID.size))
-    grid_slope = f.slope(grid)
-    above = np.count_nonzero(grid_slope > 0, axis=1)  # grid points left of the root
-    take = np.arange(rows)
-    lo_index, hi_index = np.maximum(above - 1, 0), np.minimum(above, _BRACKET_GRID.size - 1)
-    lo = np.where(above > 0, _BRACKET_GRID[lo_index], -_FAR)
-    hi = np.where(above < _BRACKET_GRID.size, _BRACKET_GRID[hi_index], _FAR)
-    lo_slope, hi_slope = grid_slope[take, lo_index], grid_slope[take, hi_index]
-    bounded = (above > 0) & (above < _BRACKET_GRID.size)
-    secant = lo + (hi - lo) * lo_slope / np.where(bounded, lo_slope - hi_slope, 1.0)
-    x = np.where(bounded, secant, np.where(above > 0, lo, hi))
+    below, above = -1, len(_BRACKET_GRID)  # slope(grid[below]) > 0 >= slope(grid[above])
+    below_slope = above_slope = 0.0
+    while above - below > 1:
+        middle = (below + above) // 2
+        slope = _row_slope_bend(terms, _BRACKET_GRID[middle])[0]
+        if slope > 0:
+            below, below_slope = middle, slope
+        else:
+            above, above_slope = middle, slope
+    lo = _BRACKET_GRID[below] if below >= 0 else -_FAR
+    hi = _BRACKET_GRID[above] if above < len(_BRACKET_GRID) else _FAR
+    if below < 0:
+        x = hi
+    elif above == len(_BRACKET_GRID):
+        x = lo
+    else:
+        x = lo + (hi - lo) * below_slope / (below_slope - above_slope)
     for _ in range(_MODE_ITERATIONS):
-        value, slope, curvature = f.derivatives(x)
-        positive = slope > 0
-        lo = np.where(positive, x, lo)
-        hi = np.where(positive, hi, x)
-        step = slope / -curvature
-        if np.all(np.abs(step) * np.sqrt(-curvature) <= _MODE_TOLERANCE):
-            return x, value, curvature
-        proposal = x + step
-        # A Newton point outside the bracket is replaced by the midpoint (then both ends are finite).
-        x = np.where((proposal < lo) | (proposal > hi), 0.5 * (lo + hi), proposal)
+        slope, bend = _row_slope_bend(terms, x)
+        step = slope / bend
+        if step * slope <= _MODE_TOLERANCE**2:
+            value = -0.5 * x * x - _LOG_SQRT_2PI
+            for n, s, c in terms:
+                value += n * float(log_ndtr(s * x + c))
+            return x, value, -bend
+        if slope > 0:
+            lo = x
+        else:
+            hi = x
+        x += step
+        if not lo <= x <= hi:  # a Newton point outside the bracket is replaced by the midpoint
+            x = 0.5 * (lo + hi)
     raise ArithmeticError(f"mode search for the selection-bound integrand did not converge in {_MODE_ITERATIONS} steps")
 
 
-def _level_distances(f, mode, peak, curvature, min_curvature):
-    """Distances d > 0 from the mode, per side, at which the log integrand has dropped by about each level.
+def _mode(f):
+    """Mode, log integrand there and curvature there for every row of f, each of shape (rows, 1)."""
+    rows = [
+        [(n, s, c) for n, s, c in zip(n_row, s_row, c_row) if n != 0]
+        for n_row, s_row, c_row in zip(f.n.tolist(), f.s.tolist(), f.c.tolist())
+    ]
+    found = np.array([_row_mode(terms) for terms in rows])
+    return found[:, 0:1], found[:, 1:2], found[:, 2:3]
 
-    Shape (rows, 2, K). One Newton step on the convex increasing drop function
-    from the Gaussian guess sqrt(2 L / curvature at the mode). By convexity the
-    Newton point lies at or beyond its root, and the root lies within
-    sqrt(2 L / min_curvature) (the drop grows at least that fast), so capping
-    there keeps it beyond the root: the last panel reaches a drop of at least
-    _MAX_DROP. The distances are only panel boundaries: they need not be exact.
+
+def _panel_edges(f, mode, peak, curvature, min_curvature):
+    """Panel boundaries per row, shape (rows, 2K + 1): the mode and, per side, where the log integrand has dropped by about each level.
+
+    The distance d > 0 from the mode for each level comes from one Newton step
+    on the convex increasing drop function from the Gaussian guess
+    sqrt(2 L / curvature at the mode). By convexity the Newton point lies at or
+    beyond its root, and the root lies within sqrt(2 L / min_curvature) (the
+    drop grows at least that fast), so capping there keeps it beyond the root:
+    the last panel reaches a drop of at least _MAX_DROP. The distances are only
+    panel boundaries: they need not be exact.
     """
-    sides = np.array([-1.0, 1.0])[None, :, None]
-    guess = np.sqrt(2.0 * _LEVELS)[None, None, :] / np.sqrt(-curvature)[:, None, None] * np.ones((1, 2, 1))
-    value, slope, _ = f.derivatives(mode[:, None, None] + sides * guess)
+    guess = _LEVEL_SCALES / np.sqrt(-curvature)
+    value, slope = f.value_slope(mode + _LEVEL_SIDES * guess)
     # drop(d) = peak - value(mode + side d), and d drop / dd = -side * slope > 0.
-    step = (value - (peak[:, None, None] - _LEVELS)) / np.maximum(-sides * slope, 1e-300)
-    cap = np.sqrt(2.0 * _LEVELS)[None, None, :] / np.sqrt(min_curvature)[:, None, None]
-    dist = np.minimum(np.maximum(guess + step, guess * 1e-3), cap)
-    return np.maximum.accumulate(dist, axis=-1)
+    step = (value - (peak - _LEVEL_DROPS)) / np.maximum(-_LEVEL_SIDES * slope, 1e-300)
+    cap = _LEVEL_SCALES / np.sqrt(min_curvature)
+    dist = np.minimum(np.maximum(guess + step, guess * 1e-3), cap).reshape(-1, 2, _LEVELS_PER_SIDE)
+    dist = np.maximum.accumulate(dist, axis=-1)
+    return np.concatenate([mode - dist[:, 0, ::-1], mode, mode + dist[:, 1]], axis=1)
 
 
 def _panel_sums(f, row, a, b, peak):
     """Gauss–Legendre estimate of the integral of exp(log integrand - peak) over each panel [a, b] of its row."""
     half = 0.5 * (b - a)
     points = (0.5 * (a + b))[:, None] + half[:, None] * _GL_NODES
-    return half * (np.exp(f.value(points, row) - peak[row, None]) @ _GL_WEIGHTS)
+    return half * (np.exp(f.value(points, row) - peak[row]) @ _GL_WEIGHTS)
 
 
 def _log_gaussian_expectation(n, s, c):
@@ -185,22 +222,35 @@ def _log_gaussian_expectation(n, s, c):
     most -(1 - sum_{n_j<0} |n_j| s_j^2); that bound must be positive (strict
     log-concavity; always so when every n_j >= 0). Returns shape (rows,).
     Panels start at the level points and are halved until halving changes no
-    panel by more than _PANEL_TOLERANCE of its row's total.
+    panel by more than _PANEL_TOLERANCE of its row's total. The first halving
+    of every panel is evaluated together with the panel itself (one table of
+    nodes); only panels it does not settle enter the refinement loop.
     """
     f = _Integrand(np.asarray(n, dtype=float), np.asarray(s, dtype=float), np.asarray(c, dtype=float))
     rows = f.n.shape[0]
-    min_curvature = 1.0 - np.sum(np.where(f.n < 0, -f.n * f.s * f.s, 0.0), axis=1)
-    if not np.all(min_curvature > 0):
-        raise ValueError(f"_log_gaussian_expectation needs 1 - sum over negative exponents of |n_j| s_j^2 > 0, got {min_curvature!r}")
+    min_curvature = 1.0 + np.add.reduce(np.minimum(f.n, 0.0) * f.s * f.s, axis=1, keepdims=True)
+    if not (min_curvature > 0).all():
+        raise ValueError(f"_log_gaussian_expectation needs 1 - sum over negative exponents of |n_j| s_j^2 > 0, got {min_curvature.ravel()!r}")
     mode, peak, curvature = _mode(f)
-    dist = _level_distances(f, mode, peak, curvature, min_curvature)
-    edges = np.concatenate([-dist[:, 0, ::-1], np.zeros((rows, 1)), dist[:, 1, :]], axis=-1) + mode[:, None]
-    row = np.repeat(np.arange(rows), edges.shape[1] - 1)
-    a, b = edges[:, :-1].ravel(), edges[:, 1:].ravel()
-    whole = _panel_sums(f, row, a, b, peak)
-    scale = np.bincount(row, whole, minlength=rows)
-    total = np.zeros(rows)
-    for _ in range(_MAX_REFINEMENTS):
+    edges = _panel_edges(f, mode, peak, curvature, min_curvature)
+    a, b = edges[:, :-1], edges[:, 1:]
+    half = 0.5 * (b - a)
+    mid = 0.5 * (a + b)
+    points = (mid[..., None] + half[..., None] * _FIRST_PASS_NODES).reshape(rows, -1)
+    weighted = np.exp(f.value(points) - peak).reshape(rows, a.shape[1], -1) @ _FIRST_PASS_WEIGHTS
+    whole, left, right = half * weighted[..., 0], half * weighted[..., 1], half * weighted[..., 2]
+    refined = left + right
+    scale = np.add.reduce(whole, axis=1)
+    done = np.abs(refined - whole) <= _PANEL_TOLERANCE * scale[:, None]
+    if done.all():
+        return peak[:, 0] + np.log(np.add.reduce(refined, axis=1))
+    total = np.add.reduce(np.where(done, refined, 0.0), axis=1)
+    keep = ~done
+    row = np.nonzero(keep)[0]
+    row = np.concatenate([row, row])
+    a, b = np.concatenate([a[keep], mid[keep]]), np.concatenate([mid[keep], b[keep]])
+    whole = np.concatenate([left[keep], right[keep]])
+    for _ in range(_MAX_REFINEMENTS - 1):
         mid = 0.5 * (a + b)
         halves = _panel_sums(f, np.concatenate([row, row]), np.concatenate([a, mid]), np.concatenate([mid, b]), peak)
         left, right = halves[: a.size], halves[a.size :]
@@ -209,7 +259,7 @@ def _log_gaussian_expectation(n, s, c):
         total += np.bincount(row[done], refined[done], minlength=rows)
         keep = ~done
         if not keep.any():
-            return peak + np.log(total)
+            return peak[:, 0] + np.log(total)
         row = np.concatenate([row[keep], row[keep]])
         a, b = np.concatenate([a[keep], mid[keep]]), np.concatenate([mid[keep], b[keep]])
         whole = np.concatenate([left[keep], right[keep]])
@@ -246,22 +296,26 @@ def _require_range(owner: str, sensitivity, lower, upper) -> tuple[float, float,
 
 
 def _require_counts(owner: str, name: str, value, minimum: int) -> np.ndarray:
-    """An integer or array of integers >= minimum, as a float array (exponents)."""
+    """An integer or array of integers >= minimum, as a flat float array (exponents)."""
+    if type(value) is int and minimum <= value <= 2**53:  # the common scalar call, exactly a float
+        return np.array([float(value)])
     try:
         counts = np.asarray(value, dtype=float)
     except (TypeError, ValueError) as err:
         raise ValueError(f"{owner}: {name} must be an integer >= {minimum} or an array of them, got {value!r}") from err
     if counts.size == 0 or not np.all(np.isfinite(counts)) or np.any(counts != np.floor(counts)) or np.any(counts < minimum):
         raise ValueError(f"{owner}: {name} must be an integer >= {minimum} or an array of them, got {value!r}")
-    return counts
+    return counts.ravel()
 
 
 def _rounded_up_log_ratio(log_num: np.ndarray, log_den: np.ndarray, like) -> float | np.ndarray:
     """log_num - log_den rounded up by the module's slack; a float for scalar input, an array otherwise."""
+    scalar = np.ndim(like) == 0
+    if scalar:  # Python floats: cheaper than numpy for one value
+        log_num, log_den = float(log_num[0]), float(log_den[0])
     epsilon = log_num - log_den
-    slack = _EPSILON_SLACK * np.abs(epsilon) + _EPSILON_FLOOR + _ROUNDING_PER_LOG * (np.abs(log_num) + np.abs(log_den))
-    epsilon = np.maximum(epsilon + slack, 0.0)
-    return float(epsilon[0]) if np.ndim(like) == 0 else epsilon.reshape(np.shape(like))
+    epsilon = epsilon + _EPSILON_SLACK * abs(epsilon) + _EPSILON_FLOOR + _ROUNDING_PER_LOG * (abs(log_num) + abs(log_den))
+    return max(epsilon, 0.0) if scalar else np.maximum(epsilon, 0.0).reshape(np.shape(like))
 
 
 # ----------------------------------------------------------------------------
@@ -295,12 +349,13 @@ def report_noisy_max_epsilon(d, sigma, sensitivity, lower=0.0, upper=1.0):
     sigma = _require_positive(owner, "sigma", sigma)
     sensitivity, lower, upper = _require_range(owner, sensitivity, lower, upper)
     width = upper - lower
-    flat = counts.ravel()
-    n = np.concatenate([flat, flat])[:, None] - 1.0
-    s = np.ones_like(n)
-    c = np.concatenate([np.full(flat.size, -(width - 2.0 * sensitivity) / sigma), np.full(flat.size, -width / sigma)])[:, None]
-    log_values = _log_gaussian_expectation(n, s, c)
-    return _rounded_up_log_ratio(log_values[: flat.size], log_values[flat.size :], d)
+    size = counts.size
+    n = np.concatenate([counts, counts])[:, None] - 1.0
+    c = np.empty_like(n)
+    c[:size] = -(width - 2.0 * sensitivity) / sigma
+    c[size:] = -width / sigma
+    log_values = _log_gaussian_expectation(n, np.ones_like(n), c)
+    return _rounded_up_log_ratio(log_values[:size], log_values[size:], d)
 
 
 def above_threshold_expost_epsilon(
@@ -351,19 +406,18 @@ def above_threshold_expost_epsilon(
     if not isinstance(halted, (bool, np.bool_)):
         raise ValueError(f"{owner}: halted must be True or False, got {halted!r}")
     ratio = sigma_x / sigma_z
-    flat = counts.ravel()
-    rows = 2 * flat.size
-    shifts = np.concatenate([np.full(flat.size, sensitivity), np.zeros(flat.size)])
-    bot_count = np.concatenate([flat, flat]) - (1.0 if halted else 0.0)
-    bot_offset = (rho - upper + shifts) / sigma_z
-    if halted:
-        n = np.stack([bot_count, np.ones(rows)], axis=1)
-        s = np.tile([ratio, -ratio], (rows, 1))
-        c = np.stack([bot_offset, (lower - rho + shifts) / sigma_z], axis=1)
-    else:
-        n, s, c = bot_count[:, None], np.full((rows, 1), ratio), bot_offset[:, None]
+    size = counts.size
+    # Rows: the shifted (Delta) expectation for every t, then the unshifted one; columns: BOT factor, TOP factor.
+    columns = 2 if halted else 1
+    n = np.ones((2 * size, columns))
+    n[:size, 0] = n[size:, 0] = counts - 1.0 if halted else counts
+    s = np.empty_like(n)
+    s[:] = [ratio, -ratio][:columns]
+    c = np.empty_like(n)
+    c[:size] = [(rho - upper + sensitivity) / sigma_z, (lower - rho + sensitivity) / sigma_z][:columns]
+    c[size:] = [(rho - upper) / sigma_z, (lower - rho) / sigma_z][:columns]
     log_values = _log_gaussian_expectation(n, s, c)
-    return _rounded_up_log_ratio(log_values[: flat.size], log_values[flat.size :], t)
+    return _rounded_up_log_ratio(log_values[:size], log_values[size:], t)
 
 
 def _log_stopping_moments(gammas, sigma_x, sigma_z, margin):
