@@ -21,10 +21,16 @@ composition (Mironov 2017, Prop 1). Per event, with a = alpha - 1:
         alpha eps^2 / 8 (Cesar–Rogers, BR -> zCDP after Lemma 3.4).
 The composed curve is converted by Canonne–Kamath–Steinke 2020, Prop 12 /
 Balle et al. 2020, Thm 21 (`rdp_conversion`), minimised over the order.
-ApproxDP events and ZCDP events with delta > 0 carry a delta that a Rényi curve
-cannot hold, so `applies` is False for compositions holding them.
-Proof: the papers above; the bounded-range supremum and the rewritten
-formulas used for accuracy are in docs/proofs/rdp.RDPComposition.md.
+ZCDP(rho, delta) with delta > 0 (e.g. truncated-Gaussian partition selection,
+Cesar–Rogers Lemma 6.4) enters in the mixture form of approximate zCDP: with
+probability 1 - delta its law is Rényi-bounded by alpha rho. Composing such
+mixtures, the all-good component has probability prod(1 - delta_i) >= 1 - sum
+delta_i and Rényi curve the sum of the curves, so the composition is
+(eps, delta_rdp(eps) + sum delta_i)-DP (proof note, "Approximate events").
+ApproxDP events have no Rényi-bounded mixture component in general, so
+`applies` is False for compositions holding them.
+Proof: the papers above; the bounded-range supremum, the approximate events and
+the rewritten formulas used for accuracy are in docs/proofs/rdp.RDPComposition.md.
 Checks: events are validated when built; `applies` rejects unsupported events.
 Caller must ensure: every event's parameters were fixed before any mechanism
 ran (composition, not a filter).
@@ -187,7 +193,7 @@ def renyi_curve(composition: Composition) -> RenyiCurve:
         kind = type(event)
         if kind is Gaussian:
             linear.append(count * (event.sensitivity / event.sigma) ** 2 / 2.0)
-        elif kind is ZCDP and event.delta == 0:
+        elif kind is ZCDP:
             linear.append(count * float(event.rho))
         elif kind in by_kind:
             merged = by_kind[kind]
@@ -196,7 +202,7 @@ def renyi_curve(composition: Composition) -> RenyiCurve:
         else:
             raise TypeError(
                 f"no Rényi curve for event {event!r}; "
-                "allowed: Gaussian, Laplace, PureDP, BoundedRange, ZCDP with delta 0"
+                "allowed: Gaussian, Laplace, PureDP, BoundedRange, ZCDP"
             )
     total = math.fsum(linear)
     return RenyiCurve(
@@ -215,12 +221,22 @@ class RDPComposition(Bound):
     )
 
     def applies(self, composition: Composition) -> bool:
-        return composition.only(Gaussian, Laplace, PureDP, BoundedRange, ZCDP) and all(
-            event.delta == 0 for event, _ in composition.select(ZCDP)
-        )
+        return composition.only(Gaussian, Laplace, PureDP, BoundedRange, ZCDP)
 
     def delta(self, composition: Composition, epsilon: float) -> float:
-        return math.exp(renyi_log_delta(renyi_curve(composition), epsilon))
+        approximate = approximate_delta(composition)
+        total = approximate + math.exp(renyi_log_delta(renyi_curve(composition), epsilon))
+        return min(1.0, math.nextafter(total, math.inf) if approximate > 0 else total)
 
     def epsilon(self, composition: Composition, delta: float) -> float:
-        return renyi_epsilon(renyi_curve(composition), delta)
+        approximate = approximate_delta(composition)
+        remaining = math.nextafter(delta - approximate, 0.0) if approximate > 0 else delta
+        if remaining <= 0.0:
+            return math.inf
+        return renyi_epsilon(renyi_curve(composition), remaining)
+
+
+def approximate_delta(composition: Composition) -> float:
+    """Sum of count * delta over the ZCDP events, rounded up one ulp (0 when there is none)."""
+    total = math.fsum(count * float(event.delta) for event, count in composition.select(ZCDP))
+    return math.nextafter(total, math.inf) if total > 0 else 0.0

@@ -221,10 +221,10 @@ def test_rdp_never_worse_than_zcdp_without_approximate_events():
         assert BOUND.epsilon(composition, delta) <= ZCDPComposition().epsilon(composition, delta)
 
 
-def test_applies_only_without_approximate_events():
+def test_applies_to_approximate_zcdp_but_not_approx_dp():
     assert BOUND.applies(_mixed_composition())
     assert BOUND.applies(Composition.of(ZCDP(0.3, 0.0)))
-    assert not BOUND.applies(Composition.of(Gaussian(1.0), ZCDP(0.3, 1e-9)))
+    assert BOUND.applies(Composition.of(Gaussian(1.0), ZCDP(0.3, 1e-9)))
     assert not BOUND.applies(Composition.of(PureDP(1.0), ApproxDP(0.5, 1e-8)))
 
 
@@ -287,3 +287,19 @@ def test_epsilon_query_is_fast():
         BOUND.epsilon(composition, 1e-6)
         timings.append(time.thread_time() - start)
     assert sorted(timings)[2] < 0.020
+
+
+def test_approximate_zcdp_adds_its_delta_and_never_beats_the_exact_part():
+    """ZCDP(rho, delta) composes as its curve plus delta: equal to the zero-delta answer shifted by delta."""
+    from accounting.bounds.rdp import RDPComposition
+    from accounting.composition import Composition
+    from accounting.events import ZCDP, Laplace
+
+    bound = RDPComposition()
+    exact_part = Composition.of(ZCDP(0.05), Laplace(10.0))
+    with_delta = Composition.of(ZCDP(0.05, 2e-7), Laplace(10.0))
+    assert bound.applies(with_delta)
+    assert bound.delta(with_delta, 1.0) == pytest.approx(bound.delta(exact_part, 1.0) + 2e-7, rel=1e-12)
+    assert bound.delta(with_delta, 1.0) >= bound.delta(exact_part, 1.0) + 2e-7
+    assert bound.epsilon(with_delta, 1e-6) == pytest.approx(bound.epsilon(exact_part, 1e-6 - 2e-7), rel=1e-9)
+    assert bound.epsilon(with_delta, 2e-7) == math.inf
