@@ -5,12 +5,21 @@ written as one file. Rows are sorted on every column first, so the same
 release always gives the same bytes. Rows are plain dicts of str, int, float
 or bool values (None allowed); lists (e.g. a top-k list) are kept as lists in
 Parquet and JSONL and written as JSON text in CSV.
+
+Every file goes through Apache Beam's `FileSystems`, so a path may be local or
+any scheme the workers' Beam installation supports (`gs://` with
+`apache-beam[gcp]`, `s3://`, `hdfs://`): the writers run inside Beam workers,
+which on a cluster share no local disk with the submitting process. A file is
+written under a temporary name in its directory and then renamed, so readers
+never see half a file (atomic on local disks; on object stores the rename is
+a copy and a delete, and the final name appears only once complete).
+Beam is imported when a file is first written or read, not when this module is.
 """
 from __future__ import annotations
 
+import io
 import json
-import os
-import tempfile
+import uuid
 from typing import Any, Iterable
 
 import pyarrow as pa
@@ -22,9 +31,50 @@ FORMATS = ("parquet", "csv", "jsonl")
 EXTENSIONS = {"parquet": ".parquet", "csv": ".csv", "jsonl": ".jsonl"}
 
 
+def _filesystems():
+    from apache_beam.io.filesystems import FileSystems
+
+    return FileSystems
+
+
+def is_local(path: str) -> bool:
+    """True for a path on this machine's disk (no URL scheme, or file://)."""
+    return _filesystems().get_scheme(path) in (None, "file")
+
+
+def join(directory: str, *names: str) -> str:
+    """DIRECTORY/NAME/... for a local path or a URL such as gs://bucket/dir."""
+    return _filesystems().join(directory, *names) if names else directory
+
+
 def release_path(directory: str, name: str, fmt: str) -> str:
     """Where release `name` goes: DIRECTORY/NAME.EXT."""
-    return os.path.join(directory, name + EXTENSIONS[fmt])
+    return join(directory, name + EXTENSIONS[fmt])
+
+
+def write_bytes(path: str, data: bytes) -> None:
+    """Write `data` to `path` (local or a URL) under a temporary name in the same directory, then rename it."""
+    from apache_beam.io.filesystem import CompressionTypes
+
+    filesystems = _filesystems()
+    directory, name = filesystems.split(path)
+    temporary = filesystems.join(directory, f".writing-{uuid.uuid4().hex}-{name}")
+    try:
+        with filesystems.create(temporary, compression_type=CompressionTypes.UNCOMPRESSED) as out:
+            out.write(data)
+        filesystems.rename([temporary], [path])
+    except BaseException:
+        if filesystems.exists(temporary):
+            filesystems.delete([temporary])
+        raise
+
+
+def read_bytes(path: str) -> bytes:
+    """The whole content of a local file or URL."""
+    from apache_beam.io.filesystem import CompressionTypes
+
+    with _filesystems().open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        return handle.read()
 
 
 def _sort_key(row: dict[str, Any], columns: list[str]) -> tuple:
@@ -40,27 +90,20 @@ def rows_to_table(rows: Iterable[dict[str, Any]]) -> pa.Table:
 
 
 def write_rows(rows: Iterable[dict[str, Any]], path: str, fmt: str = "parquet") -> int:
-    """Write the rows to `path` atomically (temporary file, then rename); returns the row count."""
+    """Write the rows to `path` (local or a URL) atomically (`write_bytes`); returns the row count."""
     if fmt not in FORMATS:
         raise ValueError(f"output.format must be one of {list(FORMATS)}, got {fmt!r}")
     table = rows_to_table(rows)
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=directory, prefix=".writing-", suffix=EXTENSIONS[fmt])
-    os.close(handle)
-    try:
+    if fmt == "jsonl":
+        data = "".join(json.dumps(row, sort_keys=False) + "\n" for row in table.to_pylist()).encode("utf-8")
+    else:
+        sink = pa.BufferOutputStream()
         if fmt == "parquet":
-            pq.write_table(table, temporary)
-        elif fmt == "csv":
-            pacsv.write_csv(_lists_as_json(table), temporary)
+            pq.write_table(table, sink)
         else:
-            with open(temporary, "w", encoding="utf-8") as out:
-                for row in table.to_pylist():
-                    out.write(json.dumps(row, sort_keys=False) + "\n")
-        os.replace(temporary, path)
-    except BaseException:
-        os.unlink(temporary)
-        raise
+            pacsv.write_csv(_lists_as_json(table), sink)
+        data = sink.getvalue().to_pybytes()
+    write_bytes(path, data)
     return table.num_rows
 
 
@@ -73,14 +116,15 @@ def _lists_as_json(table: pa.Table) -> pa.Table:
 
 
 def read_rows(path: str, fmt: str | None = None) -> pa.Table:
-    """A release file back as an Arrow table (format from the extension unless given)."""
+    """A release file (local or a URL) back as an Arrow table (format from the extension unless given)."""
     fmt = fmt or next((f for f, ext in EXTENSIONS.items() if path.endswith(ext)), None)
+    if fmt not in FORMATS:
+        raise ValueError(f"cannot tell the format of {path!r}; expected one of {list(EXTENSIONS.values())}")
+    data = read_bytes(path)
     if fmt == "parquet":
-        return pq.read_table(path)
+        return pq.read_table(pa.BufferReader(data))
+    if not data:
+        return pa.table({})
     if fmt == "csv":
-        return pacsv.read_csv(path)
-    if fmt == "jsonl":
-        if os.path.getsize(path) == 0:
-            return pa.table({})
-        return pajson.read_json(path)
-    raise ValueError(f"cannot tell the format of {path!r}; expected one of {list(EXTENSIONS.values())}")
+        return pacsv.read_csv(io.BytesIO(data))
+    return pajson.read_json(io.BytesIO(data))

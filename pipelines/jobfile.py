@@ -24,8 +24,14 @@ from pipelines.spec import (
     NOISE_KINDS, RELEASE_KINDS, SVT_METHODS, SVT_METRICS, ContributionBounds, ReleaseSpec, SpecError, WindowSpec,
 )
 
+FILE_INPUT_KEYS = ("format", "path", "user", "timestamp", "partition", "value", "timestamp_format", "timezone", "partitions")
+PUBSUB_INPUT_KEYS = (
+    "format", "subscription", "topic", "user", "timestamp", "timestamp_attribute", "partition", "value",
+    "timestamp_format", "timezone", "partitions",
+)
+PUBSUB = "pubsub"  # streaming input (connectors.pubsub); needs the pubsub extra
 SECTIONS = {
-    "input": ("format", "path", "user", "timestamp", "partition", "value", "timestamp_format", "timezone", "partitions"),
+    "input": tuple(dict.fromkeys(FILE_INPUT_KEYS + PUBSUB_INPUT_KEYS)),
     "window": ("size", "period", "start", "end", "allowed_lateness"),
     "privacy": (
         "scope", "epsilon", "delta", "ledger", "max_partitions", "max_contributions", "min_value", "max_value",
@@ -45,6 +51,7 @@ REQUIRED = {
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")  # gs://bucket/dir, s3://..., hdfs://...: kept as given
 
 
 class JobFileError(ValueError):
@@ -63,7 +70,7 @@ class PrivacySettings:
 
 @dataclass(frozen=True)
 class OutputSettings:
-    path: str
+    path: str  # a local directory or a URL Beam's FileSystems can write (gs://bucket/dir on Dataflow)
     format: str = "parquet"
 
 
@@ -79,7 +86,7 @@ class Job:
 
     source: str  # the job file
     name: str
-    input: readers.InputSpec
+    input: readers.InputSpec  # or connectors.pubsub.PubSubSource for a streaming job
     window: WindowSpec
     privacy: PrivacySettings
     releases: tuple[ReleaseSpec, ...]
@@ -115,6 +122,8 @@ def parse(document: dict[str, Any], path: str) -> Job:
     releases = _releases(check, document.get("release"), shared)
     output = _output(check, sections["output"], base, os.path.splitext(os.path.basename(path))[0])
     beam = _beam(check, sections["beam"])
+    if input_spec.format == PUBSUB and any(r.kind == "svt" for r in releases):
+        check.fail("svt releases continue across scheduled batch runs and cannot be part of a streaming (pubsub) job")
     name = os.path.splitext(os.path.basename(path))[0]
     return Job(os.path.abspath(path), name, input_spec, window, privacy, releases, output, beam)
 
@@ -123,12 +132,18 @@ def parse(document: dict[str, Any], path: str) -> Job:
 
 
 def _input(check: "_Checker", table: dict, base: str, timezone: str) -> readers.InputSpec:
-    check.keys(table, "input")
+    streaming = table.get("format") == PUBSUB
+    if streaming:
+        check.keys(table, "input", allowed=PUBSUB_INPUT_KEYS, required=("user", "partition"))
+    else:
+        check.keys(table, "input", allowed=FILE_INPUT_KEYS)
     try:
         ZoneInfo(timezone)
     except (ZoneInfoNotFoundError, ValueError):
         check.fail(f"input.timezone must be an IANA time zone name such as 'UTC' or 'America/New_York', got {timezone!r}")
-    fmt = check.choice(table, "input", "format", readers.FORMATS, default="parquet")
+    if streaming:
+        return _pubsub_input(check, table, timezone)
+    fmt = check.choice(table, "input", "format", readers.FORMATS + (PUBSUB,), default="parquet")
     raw_path = check.text(table, "input", "path")
     spec = dict(
         format=fmt,
@@ -141,6 +156,23 @@ def _input(check: "_Checker", table: dict, base: str, timezone: str) -> readers.
         timezone=timezone,
     )
     return check.build(readers.InputSpec, **spec)
+
+
+def _pubsub_input(check: "_Checker", table: dict, timezone: str):
+    from connectors.pubsub import PubSubSource  # imports Apache Beam: only for streaming jobs
+
+    return check.build(
+        PubSubSource,
+        subscription=check.text(table, "input", "subscription", default=None),
+        topic=check.text(table, "input", "topic", default=None),
+        user=check.text(table, "input", "user"),
+        partition=check.text(table, "input", "partition"),
+        timestamp=check.text(table, "input", "timestamp", default=None),
+        timestamp_attribute=check.text(table, "input", "timestamp_attribute", default=None),
+        value=check.text(table, "input", "value", default=None),
+        timestamp_format=check.choice(table, "input", "timestamp_format", ("auto", "epoch_s", "epoch_ms", "iso8601"), default="auto"),
+        timezone=timezone,
+    )
 
 
 def _window(check: "_Checker", table: dict, timezone: str) -> WindowSpec:
@@ -271,10 +303,9 @@ def _svt_keys(check: "_Checker", entry: dict, where: str, kind: str, maximum: fl
 def _output(check: "_Checker", table: dict, base: str, job_name: str) -> OutputSettings:
     check.keys(table, "output")
     path = check.text(table, "output", "path", default=os.path.join("dpstream-output", job_name))
-    return OutputSettings(
-        path=os.path.join(base, os.path.expanduser(path)),
-        format=check.choice(table, "output", "format", writers.FORMATS, default="parquet"),
-    )
+    if not _URL.match(path):
+        path = os.path.join(base, os.path.expanduser(path))
+    return OutputSettings(path=path, format=check.choice(table, "output", "format", writers.FORMATS, default="parquet"))
 
 
 def _beam(check: "_Checker", table: dict) -> BeamSettings:

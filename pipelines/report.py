@@ -9,6 +9,7 @@ never reported.
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import math
 import os
@@ -21,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from accounting.events import Event
-from connectors.writers import read_rows
+from connectors.writers import join, read_rows, write_bytes
 from pipelines.jobfile import Job
 from pipelines.planning import JobPlan
 from pipelines.spec import ReleaseSpec
@@ -51,16 +52,13 @@ def write_reports(context: RunContext, output_dir: str, started: float) -> dict[
     """Write report.json, report.md and chart.png into output_dir; returns the report.json content."""
     tick = time.perf_counter()
     tables = {name: read_rows(path) for name, path in context.files.items()}
-    chart = chart_png(context, tables, os.path.join(output_dir, CHART_PNG))
+    chart = chart_png(context, tables, join(output_dir, CHART_PNG))
     timings = dict(context.timings)
     timings["report_s"] = time.perf_counter() - tick
     timings["total_s"] = time.perf_counter() - started
     content = report_json(context, tables, chart, output_dir, timings)
-    with open(os.path.join(output_dir, REPORT_JSON), "w", encoding="utf-8") as out:
-        json.dump(content, out, indent=2)
-        out.write("\n")
-    with open(os.path.join(output_dir, REPORT_MD), "w", encoding="utf-8") as out:
-        out.write(report_markdown(context, content))
+    write_bytes(join(output_dir, REPORT_JSON), (json.dumps(content, indent=2) + "\n").encode("utf-8"))
+    write_bytes(join(output_dir, REPORT_MD), report_markdown(context, content).encode("utf-8"))
     return content
 
 
@@ -264,8 +262,10 @@ def chart_png(context: RunContext, tables: dict[str, pa.Table], path: str) -> st
     for axis, (release, table, draw) in zip(axes[:, 0], drawers):
         draw(axis, release, table, context)
     figure.tight_layout()
-    figure.savefig(path, dpi=110)
+    image = io.BytesIO()
+    figure.savefig(image, format="png", dpi=110)
     plt.close(figure)
+    write_bytes(path, image.getvalue())
     return path
 
 

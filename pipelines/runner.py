@@ -10,7 +10,11 @@ Order matters for privacy (DESIGN.md §1, §6):
    run here (exit 3) with nothing read and nothing written;
 4. the pipeline, built before the debit (building reads nothing), reads,
    bounds, aggregates and adds noise; each release is collected and written
-   as one file;
+   as one file. A streaming job (Pub/Sub input) writes each window's rows
+   when the window is released and ends once every window of its declared
+   range has been released, or at `max_seconds` (partial; the outcome says
+   which windows are pending), then merges them into one file per release
+   (`pipelines.streaming`);
 5. the report is built from the plan, the accountant's explanation and the
    ledger's answer (`pipelines.report`).
 SVT monitors (`kind = "svt"`) continue across scheduled runs. Before the
@@ -20,7 +24,11 @@ the same parameters and continue exactly where the last run stopped
 (window.start = its next window). The debit of step 3 also checks the
 monitors out (`Ledger.spend_and_check_out`); after the pipeline, each
 monitor's sealed state is checked back in. It travels from the pipeline to
-the ledger through a private temporary file (owner-only, deleted at once).
+the ledger through a private temporary file (owner-only, deleted at once;
+with an output URL such as gs://bucket/dir, a file under the output path,
+since workers on a cluster cannot reach the submitting machine's disk).
+Every file goes through Beam's FileSystems (`connectors.writers`), so the
+output path may be any URL the workers' Beam installation can write.
 A failure after step 3 (a bad row, a runner error) keeps the debit: the data
 may have been touched, so refunding would depend on it. Nothing is released.
 """
@@ -31,7 +39,8 @@ import os
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass
+import uuid
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Sequence
 
@@ -44,9 +53,10 @@ from accounting.ledger import Ledger, LedgerError, resolve_url
 from connectors.beam_io import ReadEvents
 from connectors.errors import InputError
 from connectors.readers import check_input
-from connectors.writers import release_path, write_rows
+from connectors.writers import is_local, join, read_bytes, release_path, write_bytes, write_rows
 from pipelines import report
-from pipelines.jobfile import Job
+from pipelines.jobfile import PUBSUB, Job
+from pipelines import streaming as streaming_io
 from pipelines.planning import JobPlan, PlanningError, plan_job
 from pipelines.windowing import iso
 
@@ -68,6 +78,7 @@ class RunOutcome:
     output_dir: str
     report: dict[str, Any]
     files: dict[str, str]  # release name -> file
+    pending: dict[str, int] = field(default_factory=dict)  # streaming, stopped at max_seconds: windows not released
 
 
 def plan(job: Job) -> JobPlan:
@@ -82,6 +93,8 @@ def plan(job: Job) -> JobPlan:
 def validate(job: Job) -> JobPlan:
     """Everything a run checks before its debit, without touching the ledger: plan, input files and headers."""
     job_plan = plan(job)
+    if job.input.format == PUBSUB:
+        return job_plan  # a subscription has no header to look at before the debit
     try:
         check_input(job.input)
     except InputError as err:
@@ -95,6 +108,8 @@ def beam_options(job: Job, beam_args: Sequence[str]) -> PipelineOptions:
     standard = options.view_as(StandardOptions)
     if not standard.runner:
         standard.runner = job.beam.runner
+    if job.input.format == PUBSUB:
+        standard.streaming = True
     return options
 
 
@@ -104,24 +119,36 @@ def run(
     ledger_url: str | None = None,
     beam_args: Sequence[str] = (),
     log=print,
+    max_seconds: float | None = None,
 ) -> RunOutcome:
-    """Run the job end to end (see the module docstring); raises RunError with the exit code."""
+    """Run the job end to end (see the module docstring); raises RunError with the exit code.
+
+    `max_seconds` (streaming jobs only): stop the pipeline after this long even
+    if windows of the range are still to be released; the outcome's `pending`
+    counts them per release.
+    """
     started = time.perf_counter()
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     timings: dict[str, float] = {}
     job_plan = validate(job)
     timings["plan_s"] = time.perf_counter() - started
-    output_dir = os.path.abspath(output_dir or job.output.path)
-    _check_writable(output_dir)
+    streaming = job.input.format == PUBSUB
+    if max_seconds is not None and not (streaming and max_seconds > 0):
+        raise RunError(f"{job.source}: max_seconds must be a positive number of seconds and applies to streaming "
+                       f"(input.format = {PUBSUB!r}) jobs only, got {max_seconds!r} for input.format {job.input.format!r}")
+    output_dir = output_dir or job.output.path
+    output_dir = os.path.abspath(output_dir) if is_local(output_dir) else output_dir
+    _check_output(output_dir)
     options = beam_options(job, beam_args)
     url = resolve_url(ledger_url or job.privacy.ledger)
 
     files = {spec.name: release_path(output_dir, spec.name, job.output.format) for spec in job.releases}
+    parts = {spec.name: join(output_dir, streaming_io.PARTS_DIR, spec.name) for spec in job.releases} if streaming else None
     records = _monitor_records(job, job_plan, url)
-    sealed_dir = tempfile.mkdtemp(prefix="dpstream-sealed-") if records else None
+    sealed_dir = _sealed_dir(output_dir) if records else None
     try:
         try:
-            pipeline = _build_pipeline(job, job_plan, options, files, records, sealed_dir)
+            pipeline = _build_pipeline(job, job_plan, options, files, records, sealed_dir, parts)
         except (ValueError, TypeError) as err:
             raise RunError(f"{job.source}: cannot build the pipeline: {err}; nothing was debited") from err
 
@@ -131,13 +158,20 @@ def run(
         log(debit["message"])
 
         tick = time.perf_counter()
-        os.makedirs(output_dir, exist_ok=True)
-        _run_pipeline(pipeline, debit)
+        if is_local(output_dir):
+            os.makedirs(output_dir, exist_ok=True)
+        if streaming:
+            expected = {spec.name: streaming_io.emissions(job_plan[spec.name], job.window) for spec in job.releases}
+            stream = _run_streaming(pipeline, debit, parts, expected, max_seconds, output_dir)
+            pending = _merge_streamed(stream, parts, files, job.output.format, output_dir)
+        else:
+            _run_pipeline(pipeline, debit)
+            pending = {}
         _check_in_monitors(job, job_plan, url, debit, sealed_dir)
         timings["pipeline_s"] = time.perf_counter() - tick
     finally:
         if sealed_dir is not None:
-            shutil.rmtree(sealed_dir, ignore_errors=True)
+            _remove_tree(sealed_dir)
 
     tick = time.perf_counter()
     context = report.RunContext(
@@ -151,7 +185,44 @@ def run(
         timings=timings,
     )
     written = report.write_reports(context, output_dir, started)
-    return RunOutcome(output_dir, written, files)
+    return RunOutcome(output_dir, written, files, pending)
+
+
+def _check_output(output_dir: str) -> None:
+    """Before the debit: a local directory must be writable; a URL must have a Beam filesystem that takes a file."""
+    if is_local(output_dir):
+        _check_writable(output_dir)
+        return
+    probe = join(output_dir, f".dpstream-write-check-{uuid.uuid4().hex}")
+    try:
+        write_bytes(probe, b"")
+        _remove_file(probe)
+    except Exception as err:  # Beam raises ValueError (no filesystem for the scheme) or BeamIOError / OSError
+        raise RunError(f"output directory {output_dir}: cannot write there: {_first_line(err)}; nothing was debited") from err
+
+
+def _sealed_dir(output_dir: str) -> str:
+    """Where the pipeline seals monitor states: a private local directory, or beside an output URL."""
+    if is_local(output_dir):
+        return tempfile.mkdtemp(prefix="dpstream-sealed-")
+    return join(output_dir, f".dpstream-sealed-{uuid.uuid4().hex}")
+
+
+def _remove_tree(directory: str) -> None:
+    """Delete a local directory or everything under a URL prefix; absent is fine."""
+    if is_local(directory):
+        shutil.rmtree(directory, ignore_errors=True)
+        return
+    from apache_beam.io.filesystems import FileSystems
+
+    if FileSystems.match([join(directory, "*")])[0].metadata_list:
+        FileSystems.delete([directory.rstrip("/") + "/"])
+
+
+def _remove_file(path: str) -> None:
+    from apache_beam.io.filesystems import FileSystems
+
+    FileSystems.delete([path])
 
 
 def _check_writable(output_dir: str) -> None:
@@ -198,10 +269,9 @@ def _check_in_monitors(job: Job, job_plan: JobPlan, url: str, debit: dict[str, A
     """Store each monitor's sealed state (written by the pipeline) back in the ledger."""
     next_start = job.window.start + job.window.count * job.window.step
     for planned in job_plan.monitors():
-        path = os.path.join(sealed_dir, f"{planned.name}.json")
-        with open(path, encoding="utf-8") as handle:
-            state = json.load(handle)
-        os.unlink(path)
+        path = join(sealed_dir, f"{planned.name}.json")
+        state = json.loads(read_bytes(path))
+        _remove_file(path)
         try:
             with Ledger(url) as ledger:
                 ledger.check_in_monitor(job.privacy.scope, planned.name, debit["release_id"],
@@ -211,9 +281,13 @@ def _check_in_monitors(job: Job, job_plan: JobPlan, url: str, debit: dict[str, A
 
 
 def _seal(states: list, path: str) -> None:
-    """Write the one sealed state of a monitor run to a private file (owner read/write only)."""
+    """Write the one sealed state of a monitor run to a private file (local: owner read/write only; a URL: the
+    output bucket's access rules)."""
     if len(states) != 1:
         raise ValueError(f"a monitor run must seal exactly one state, got {len(states)}")
+    if not is_local(path):
+        write_bytes(path, json.dumps(states[0]).encode("utf-8"))
+        return
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
         json.dump(states[0], handle)
@@ -259,12 +333,19 @@ def _debit(job: Job, job_plan: JobPlan, url: str, started_at: str,
 
 
 def _build_pipeline(job: Job, job_plan: JobPlan, options: PipelineOptions, files: dict[str, str],
-                    records: dict[str, dict[str, Any] | None], sealed_dir: str | None) -> beam.Pipeline:
-    """The job's Beam graph: read -> private releases -> one file per release. Building it reads no data."""
+                    records: dict[str, dict[str, Any] | None], sealed_dir: str | None,
+                    parts: dict[str, str] | None = None) -> beam.Pipeline:
+    """The job's Beam graph: read -> private releases -> one file per release (streaming: one per window, in
+    the `parts` directories). Building it reads no data."""
     from pipelines.graph import release_graph
 
     pipeline = beam.Pipeline(options=options)
-    batches = pipeline | "Read events" >> ReadEvents(job.input)
+    if job.input.format == PUBSUB:
+        from connectors.pubsub import ReadPubSubEvents
+
+        batches = pipeline | "Read events" >> ReadPubSubEvents(job.input)
+    else:
+        batches = pipeline | "Read events" >> ReadEvents(job.input)
     initial = {name: None if record is None else record["monitor"] for name, record in records.items()}
     released, states = release_graph(batches, job.releases, job_plan, job.privacy.bounds, job.window, job.beam.seed,
                                      monitor_states=initial)
@@ -272,8 +353,13 @@ def _build_pipeline(job: Job, job_plan: JobPlan, options: PipelineOptions, files
         (
             state
             | f"Collect state {name}" >> beam.combiners.ToList()
-            | f"Seal state {name}" >> beam.Map(_seal, os.path.join(sealed_dir, f"{name}.json"))
+            | f"Seal state {name}" >> beam.Map(_seal, join(sealed_dir, f"{name}.json"))
         )
+    if parts is not None:
+        for name, rows in released.items():
+            indices = streaming_io.emissions(job_plan[name], job.window)
+            rows | f"Write windows {name}" >> streaming_io.WriteWindowParts(job.window, indices, parts[name])
+        return pipeline
     for name, rows in released.items():
         (
             rows
@@ -288,11 +374,33 @@ def _run_pipeline(pipeline: beam.Pipeline, debit: dict) -> None:
     try:
         pipeline.run().wait_until_finish()
     except Exception as err:  # the runner wraps worker errors; recover the input error when there is one
-        cause = _input_error(err)
-        stands = f"the debit (ledger release id {debit['release_id']}) stands; nothing was released"
-        if cause is not None:
-            raise RunError(f"{cause}; {stands}") from err
-        raise RunError(f"pipeline failed: {type(err).__name__}: {_first_line(err)}; {stands}") from err
+        raise _pipeline_error(err, debit, "nothing was released") from err
+
+
+def _run_streaming(pipeline: beam.Pipeline, debit: dict, parts: dict[str, str], expected: dict[str, tuple[int, ...]],
+                   max_seconds: float | None, output_dir: str) -> streaming_io.StreamingOutcome:
+    try:
+        return streaming_io.run_until_released(pipeline, parts, expected, max_seconds)
+    except Exception as err:
+        released = f"windows released before the failure stay in {join(output_dir, streaming_io.PARTS_DIR)}"
+        raise _pipeline_error(err, debit, released) from err
+
+
+def _pipeline_error(err: Exception, debit: dict, released: str) -> RunError:
+    cause = _input_error(err)
+    stands = f"the debit (ledger release id {debit['release_id']}) stands; {released}"
+    if cause is not None:
+        return RunError(f"{cause}; {stands}")
+    return RunError(f"pipeline failed: {type(err).__name__}: {_first_line(err)}; {stands}")
+
+
+def _merge_streamed(stream: streaming_io.StreamingOutcome, parts: dict[str, str], files: dict[str, str], fmt: str,
+                    output_dir: str) -> dict[str, int]:
+    """Merge each release's window files into its release file, remove them; returns the pending windows."""
+    for name, directory in parts.items():
+        streaming_io.merge_parts(directory, stream.released[name], files[name], fmt)
+    _remove_tree(join(output_dir, streaming_io.PARTS_DIR))
+    return stream.pending()
 
 
 def _input_error(err: BaseException) -> InputError | None:

@@ -1,0 +1,193 @@
+"""Google Cloud Pub/Sub as the event source of a streaming job: one JSON event per message.
+
+`ReadPubSubEvents`: each message is one event, a JSON object; the
+column mapping names its keys (`user`, `partition`, optional `value`). The
+event time comes either from a key of the object (`timestamp`, parsed like a
+file column with `timestamp_format` and `timezone`) or from a message
+attribute (`timestamp_attribute`, milliseconds since the epoch or RFC 3339),
+which Beam's `ReadFromPubSub` also uses for the source watermark. Prefer the
+attribute: with a JSON key the watermark follows publish time, so an event
+published after its window closed is dropped as late (never released twice:
+windows fire once, with no allowed lateness). Messages are grouped per bundle
+into `EVENT_SCHEMA` record batches and converted with the file readers' code
+(`readers.to_events`); a message that is not a JSON object, or lacks a mapped
+key, fails the pipeline with one line naming the subscription, message id and
+key.
+
+Releases of a streaming job are written per window to files (`pipelines.runner`).
+
+Needs `google-cloud-pubsub` (the `pubsub` extra); set PUBSUB_EMULATOR_HOST
+to use the Pub/Sub emulator.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+import apache_beam as beam
+import numpy as np
+import pyarrow as pa
+from apache_beam.io.gcp.pubsub import PubsubMessage, ReadFromPubSub
+from apache_beam.metrics import Metrics
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.timestamp import Timestamp
+from apache_beam.utils.windowed_value import WindowedValue
+
+from connectors import timestamps
+from connectors.errors import InputError
+from connectors.readers import to_events
+
+FORMAT = "pubsub"
+BATCH_MESSAGES = 1000
+_TOPIC = re.compile(r"^projects/[^/]+/topics/[^/]+$")
+_SUBSCRIPTION = re.compile(r"^projects/[^/]+/subscriptions/[^/]+$")
+_EVENT_TIME = "\x00event_time"  # the column that holds attribute timestamps during conversion
+
+
+def check_topic(where: str, topic: str) -> None:
+    if not isinstance(topic, str) or not _TOPIC.match(topic):
+        raise ValueError(f"{where} must be a topic name projects/PROJECT/topics/TOPIC, got {topic!r}")
+
+
+@dataclass(frozen=True)
+class PubSubSource:
+    """A Pub/Sub subscription (or a topic, read through a temporary subscription) of JSON events.
+
+    Exactly one of `subscription` and `topic`; exactly one of `timestamp`
+    (a JSON key) and `timestamp_attribute` (a message attribute).
+    """
+
+    user: str
+    partition: str
+    subscription: str | None = None
+    topic: str | None = None
+    timestamp: str | None = None
+    timestamp_attribute: str | None = None
+    value: str | None = None
+    timestamp_format: str = "auto"
+    timezone: str = "UTC"
+
+    format = FORMAT
+
+    def __post_init__(self) -> None:
+        if (self.subscription is None) == (self.topic is None):
+            raise ValueError(f"a pubsub input needs exactly one of input.subscription and input.topic, "
+                             f"got subscription={self.subscription!r}, topic={self.topic!r}")
+        if self.subscription is not None and not _SUBSCRIPTION.match(self.subscription):
+            raise ValueError(f"input.subscription must be projects/PROJECT/subscriptions/NAME, got {self.subscription!r}")
+        if self.topic is not None:
+            check_topic("input.topic", self.topic)
+        if (self.timestamp is None) == (self.timestamp_attribute is None):
+            raise ValueError(f"a pubsub input needs exactly one of input.timestamp (a JSON key) and "
+                             f"input.timestamp_attribute (a message attribute), got timestamp={self.timestamp!r}, "
+                             f"timestamp_attribute={self.timestamp_attribute!r}")
+        for key in ("user", "partition"):
+            if not isinstance(getattr(self, key), str) or not getattr(self, key):
+                raise ValueError(f"input.{key} must be a non-empty string, got {getattr(self, key)!r}")
+        timestamps.check_format(self.timestamp_format, self.timezone)
+
+    @property
+    def path(self) -> str:
+        """The subscription or topic read (reports name it as the input's path)."""
+        return self.subscription or self.topic
+
+    @property
+    def columns(self) -> dict[str, str]:
+        """Event field -> JSON key (the timestamp only when it comes from a key)."""
+        mapping = {"user": self.user, "partition": self.partition}
+        if self.timestamp is not None:
+            mapping["timestamp"] = self.timestamp
+        if self.value is not None:
+            mapping["value"] = self.value
+        return mapping
+
+
+@dataclass(frozen=True)
+class _Conversion:
+    """What `readers.to_events` needs: the column mapping and how to read timestamps."""
+
+    columns: dict
+    value: str | None
+    timestamp_format: str
+    timezone: str
+
+
+def messages_to_events(source: PubSubSource, messages: list[tuple[bytes, int, str]]) -> pa.RecordBatch:
+    """(data, element timestamp in microseconds, message id) triples -> one EVENT_SCHEMA record batch."""
+    objects = []
+    for data, _, message_id in messages:
+        try:
+            event = json.loads(data)
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise InputError(f"{source.path}: message {message_id}: not valid JSON: {err}") from err
+        if not isinstance(event, dict):
+            raise InputError(f"{source.path}: message {message_id}: expected a JSON object, got {type(event).__name__}")
+        objects.append(event)
+    columns = dict(source.columns)
+    arrays = {}
+    for field, key in columns.items():
+        values = [event.get(key) for event in objects]
+        try:
+            arrays[key] = pa.array(values)
+        except (pa.ArrowInvalid, pa.ArrowTypeError):  # mixed JSON types: text, so the conversion names the value
+            arrays[key] = pa.array([v if v is None or isinstance(v, str) else json.dumps(v) for v in values], pa.string())
+    conversion = _Conversion(columns, source.value, source.timestamp_format, source.timezone)
+    if source.timestamp_attribute is not None:
+        micros = np.fromiter((m[1] for m in messages), dtype=np.int64, count=len(messages))
+        arrays[_EVENT_TIME] = pa.array(micros, pa.timestamp("us", tz="UTC"))
+        conversion = _Conversion({**columns, "timestamp": _EVENT_TIME}, source.value, "auto", source.timezone)
+    return to_events(pa.table(arrays), conversion, source.path, lambda i: f"message {messages[i][2]}")
+
+
+class _ToEventBatches(beam.DoFn):
+    """Messages -> EVENT_SCHEMA batches of at most BATCH_MESSAGES, one or more per bundle.
+
+    A batch travels at the earliest timestamp of its messages, in the global
+    window, so it never runs ahead of the watermark its messages hold.
+    """
+
+    def __init__(self, source: PubSubSource):
+        self._source = source
+        self._batches = Metrics.counter("dpstream", "input_batches")
+
+    def start_bundle(self):
+        self._pending: list[tuple[bytes, int, str]] = []
+
+    def process(self, message: PubsubMessage, timestamp=beam.DoFn.TimestampParam):
+        self._pending.append((message.data, timestamp.micros, message.message_id or "(no id)"))
+        if len(self._pending) >= BATCH_MESSAGES:
+            yield beam.window.TimestampedValue(*self._flush())
+
+    def finish_bundle(self):
+        if self._pending:
+            batch, timestamp = self._flush()
+            yield WindowedValue(batch, timestamp, [GlobalWindow()])
+
+    def _flush(self) -> tuple[pa.RecordBatch, Timestamp]:
+        pending, self._pending = self._pending, []
+        self._batches.inc()
+        return messages_to_events(self._source, pending), Timestamp(micros=min(m[1] for m in pending))
+
+
+class ReadPubSubEvents(beam.PTransform):
+    """A Pub/Sub source as an unbounded PCollection of `pyarrow.RecordBatch` in EVENT_SCHEMA (module docstring)."""
+
+    def __init__(self, source: PubSubSource, label: str | None = None) -> None:
+        super().__init__(label)
+        self.source = source
+
+    def default_label(self) -> str:
+        return "ReadPubSubEvents"
+
+    def display_data(self) -> dict:
+        return {"source": self.source.path, "timestamp_attribute": self.source.timestamp_attribute or ""}
+
+    def expand(self, pbegin):
+        return (
+            pbegin
+            | "Read messages" >> ReadFromPubSub(
+                topic=self.source.topic, subscription=self.source.subscription,
+                with_attributes=True, timestamp_attribute=self.source.timestamp_attribute)
+            | "To event batches" >> beam.ParDo(_ToEventBatches(self.source)).with_output_types(pa.RecordBatch)
+        )
