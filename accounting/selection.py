@@ -52,7 +52,7 @@ _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _SQRT_HALF = math.sqrt(0.5)
 
 # Quadrature design (see module docstring).
-_LEVELS_PER_SIDE = 5
+_LEVELS_PER_SIDE = 4
 _MAX_DROP = 60.0
 _NODES_PER_PANEL = 12
 _GL_NODES, _GL_WEIGHTS = np.polynomial.legendre.leggauss(_NODES_PER_PANEL)
@@ -62,16 +62,20 @@ _LEVEL_SIDES = np.repeat([-1.0, 1.0], _LEVELS_PER_SIDE)
 _LEVEL_DROPS = np.tile(_LEVELS, 2)
 _LEVEL_SCALES = np.sqrt(2.0 * _LEVEL_DROPS)
 # The first pass evaluates every panel's rule and the rules on its two halves at once: nodes on [-1, 1],
-# and weights whose columns give (whole panel, left half, right half) in units of the panel's half-width.
+# and weights whose columns give, in units of the panel's half-width, the left half, the right half,
+# their sum (the refined value) and their sum minus the whole panel's rule (the change on halving).
 _FIRST_PASS_NODES = np.concatenate([_GL_NODES, 0.5 * (_GL_NODES - 1.0), 0.5 * (_GL_NODES + 1.0)])
-_FIRST_PASS_WEIGHTS = np.zeros((3 * _NODES_PER_PANEL, 3))
-_FIRST_PASS_WEIGHTS[:_NODES_PER_PANEL, 0] = _GL_WEIGHTS
-_FIRST_PASS_WEIGHTS[_NODES_PER_PANEL : 2 * _NODES_PER_PANEL, 1] = 0.5 * _GL_WEIGHTS
-_FIRST_PASS_WEIGHTS[2 * _NODES_PER_PANEL :, 2] = 0.5 * _GL_WEIGHTS
+_FIRST_PASS_WEIGHTS = np.zeros((3 * _NODES_PER_PANEL, 4))
+_FIRST_PASS_WEIGHTS[_NODES_PER_PANEL : 2 * _NODES_PER_PANEL, 0] = 0.5 * _GL_WEIGHTS
+_FIRST_PASS_WEIGHTS[2 * _NODES_PER_PANEL :, 1] = 0.5 * _GL_WEIGHTS
+_FIRST_PASS_WEIGHTS[:, 2] = _FIRST_PASS_WEIGHTS[:, 0] + _FIRST_PASS_WEIGHTS[:, 1]
+_FIRST_PASS_WEIGHTS[:, 3] = _FIRST_PASS_WEIGHTS[:, 2]
+_FIRST_PASS_WEIGHTS[:_NODES_PER_PANEL, 3] = -_GL_WEIGHTS
 _MODE_ITERATIONS = 200
 _MODE_TOLERANCE = 1e-2  # Newton step, in units of the local scale
 _MAX_REFINEMENTS = 40
 _PANEL_TOLERANCE = 1e-13
+_ROW_BLOCK = 64
 
 # Upward rounding of every reported epsilon (module docstring).
 _EPSILON_SLACK = 1e-9
@@ -80,7 +84,10 @@ _ROUNDING_PER_LOG = 1e-14  # float rounding in a log-expectation of size |log E|
 
 
 class _Integrand:
-    """log of phi(x) prod_j Phi(s_j x + c_j)^{n_j}, one parameter row per integral.
+    """h(x) = -x^2/2 + sum_j n_j log Phi(s_j x + c_j), one parameter row per integral.
+
+    h is the log integrand up to the constant -log sqrt(2 pi) of the normal
+    density, which `_log_gaussian_expectation` adds once at the end.
 
     `n`, `s`, `c` have shape (rows, J). Points come as an array of shape
     (rows, m), row i's points in x[i] (or shape (m,): the same points for every
@@ -100,14 +107,14 @@ class _Integrand:
             n, s, c = self._n, self._s, self._c
         else:
             n, s, c = self._n[:, row], self._s[:, row], self._c[:, row]
-        return np.add.reduce(n * log_ndtr(s * x + c), axis=0) - 0.5 * x * x - _LOG_SQRT_2PI
+        return np.add.reduce(n * log_ndtr(s * x + c), axis=0) - 0.5 * x * x
 
     def value_slope(self, x):
         """Value and slope (derivative, decreasing in x) at x."""
         u = self._s * x + self._c
         # Inverse Mills ratio lambda(u) = phi(u) / Phi(u) = sqrt(2/pi) / erfcx(-u/sqrt 2), finite for every u.
         mills = _SQRT_2_OVER_PI / erfcx(u * -_SQRT_HALF)
-        value = np.add.reduce(self._n * log_ndtr(u), axis=0) - 0.5 * x * x - _LOG_SQRT_2PI
+        value = np.add.reduce(self._n * log_ndtr(u), axis=0) - 0.5 * x * x
         return value, np.add.reduce(self._ns * mills, axis=0) - x
 
 
@@ -116,8 +123,16 @@ _BRACKET_GRID = np.concatenate([-(2.0 ** np.arange(19.5, -20.5, -0.5)), [0.0], 2
 _FAR = 1e300
 
 
+def _row_slope(terms, x):
+    """Slope of one row's h at x (`_row_slope_bend` without the curvature, for bracketing)."""
+    slope = -x
+    for n, s, c in terms:
+        slope += n * s * _SQRT_2_OVER_PI / float(erfcx((s * x + c) * -_SQRT_HALF))
+    return slope
+
+
 def _row_slope_bend(terms, x):
-    """Slope of one row's log integrand at x and minus its curvature there (at least the row's min curvature)."""
+    """Slope of one row's h at x and its bend -h''(x) (at least the row's min curvature)."""
     slope, bend = -x, 1.0
     for n, s, c in terms:
         u = s * x + c
@@ -130,7 +145,7 @@ def _row_slope_bend(terms, x):
 
 
 def _row_mode(terms):
-    """(mode, log integrand there, curvature there) of one row, terms = [(n_j, s_j, c_j), ...] as floats.
+    """(mode, h there, bend -h'' there) of one row, terms = [(n_j, s_j, c_j), ...] as floats.
 
     Bisection over the sorted _BRACKET_GRID brackets the root of the
     (decreasing) slope between neighbouring grid points (or beyond the
@@ -145,7 +160,7 @@ def _row_mode(terms):
     below_slope = above_slope = 0.0
     while above - below > 1:
         middle = (below + above) // 2
-        slope = _row_slope_bend(terms, _BRACKET_GRID[middle])[0]
+        slope = _row_slope(terms, _BRACKET_GRID[middle])
         if slope > 0:
             below, below_slope = middle, slope
         else:
@@ -162,10 +177,10 @@ def _row_mode(terms):
         slope, bend = _row_slope_bend(terms, x)
         step = slope / bend
         if step * slope <= _MODE_TOLERANCE**2:
-            value = -0.5 * x * x - _LOG_SQRT_2PI
+            value = -0.5 * x * x
             for n, s, c in terms:
                 value += n * float(log_ndtr(s * x + c))
-            return x, value, -bend
+            return x, value, bend
         if slope > 0:
             lo = x
         else:
@@ -177,7 +192,7 @@ def _row_mode(terms):
 
 
 def _mode(f):
-    """Mode, log integrand there and curvature there for every row of f, each of shape (rows, 1)."""
+    """Mode, h there and bend -h'' there for every row of f, each of shape (rows, 1)."""
     rows = [
         [(n, s, c) for n, s, c in zip(n_row, s_row, c_row) if n != 0]
         for n_row, s_row, c_row in zip(f.n.tolist(), f.s.tolist(), f.c.tolist())
@@ -186,18 +201,18 @@ def _mode(f):
     return found[:, 0:1], found[:, 1:2], found[:, 2:3]
 
 
-def _panel_edges(f, mode, peak, curvature, min_curvature):
-    """Panel boundaries per row, shape (rows, 2K + 1): the mode and, per side, where the log integrand has dropped by about each level.
+def _panel_edges(f, mode, peak, bend, min_curvature):
+    """Panel boundaries per row, shape (rows, 2K + 1): the mode and, per side, where h has dropped by about each level.
 
     The distance d > 0 from the mode for each level comes from one Newton step
     on the convex increasing drop function from the Gaussian guess
-    sqrt(2 L / curvature at the mode). By convexity the Newton point lies at or
+    sqrt(2 L / bend at the mode). By convexity the Newton point lies at or
     beyond its root, and the root lies within sqrt(2 L / min_curvature) (the
     drop grows at least that fast), so capping there keeps it beyond the root:
     the last panel reaches a drop of at least _MAX_DROP. The distances are only
     panel boundaries: they need not be exact.
     """
-    guess = _LEVEL_SCALES / np.sqrt(-curvature)
+    guess = _LEVEL_SCALES / np.sqrt(bend)
     value, slope = f.value_slope(mode + _LEVEL_SIDES * guess)
     # drop(d) = peak - value(mode + side d), and d drop / dd = -side * slope > 0.
     step = (value - (peak - _LEVEL_DROPS)) / np.maximum(-_LEVEL_SIDES * slope, 1e-300)
@@ -208,7 +223,7 @@ def _panel_edges(f, mode, peak, curvature, min_curvature):
 
 
 def _panel_sums(f, row, a, b, peak):
-    """Gauss–Legendre estimate of the integral of exp(log integrand - peak) over each panel [a, b] of its row."""
+    """Gauss–Legendre estimate of the integral of exp(h - peak) over each panel [a, b] of its row."""
     half = 0.5 * (b - a)
     points = (0.5 * (a + b))[:, None] + half[:, None] * _GL_NODES
     return half * (np.exp(f.value(points, row) - peak[row]) @ _GL_WEIGHTS)
@@ -224,26 +239,38 @@ def _log_gaussian_expectation(n, s, c):
     Panels start at the level points and are halved until halving changes no
     panel by more than _PANEL_TOLERANCE of its row's total. The first halving
     of every panel is evaluated together with the panel itself (one table of
-    nodes); only panels it does not settle enter the refinement loop.
+    nodes); only panels it does not settle enter the refinement loop. Rows are
+    integrated _ROW_BLOCK at a time, so that the temporaries over every node of
+    a block stay in the processor's cache.
     """
-    f = _Integrand(np.asarray(n, dtype=float), np.asarray(s, dtype=float), np.asarray(c, dtype=float))
+    n, s, c = np.asarray(n, dtype=float), np.asarray(s, dtype=float), np.asarray(c, dtype=float)
+    if n.shape[0] <= _ROW_BLOCK:
+        return _log_gaussian_expectation_block(_Integrand(n, s, c))
+    blocks = range(0, n.shape[0], _ROW_BLOCK)
+    return np.concatenate(
+        [_log_gaussian_expectation_block(_Integrand(n[i : i + _ROW_BLOCK], s[i : i + _ROW_BLOCK], c[i : i + _ROW_BLOCK])) for i in blocks]
+    )
+
+
+def _log_gaussian_expectation_block(f):
+    """`_log_gaussian_expectation` for the rows of one integrand f."""
     rows = f.n.shape[0]
     min_curvature = 1.0 + np.add.reduce(np.minimum(f.n, 0.0) * f.s * f.s, axis=1, keepdims=True)
     if not (min_curvature > 0).all():
         raise ValueError(f"_log_gaussian_expectation needs 1 - sum over negative exponents of |n_j| s_j^2 > 0, got {min_curvature.ravel()!r}")
-    mode, peak, curvature = _mode(f)
-    edges = _panel_edges(f, mode, peak, curvature, min_curvature)
+    mode, peak, bend = _mode(f)
+    edges = _panel_edges(f, mode, peak, bend, min_curvature)
     a, b = edges[:, :-1], edges[:, 1:]
     half = 0.5 * (b - a)
     mid = 0.5 * (a + b)
     points = (mid[..., None] + half[..., None] * _FIRST_PASS_NODES).reshape(rows, -1)
-    weighted = np.exp(f.value(points) - peak).reshape(rows, a.shape[1], -1) @ _FIRST_PASS_WEIGHTS
-    whole, left, right = half * weighted[..., 0], half * weighted[..., 1], half * weighted[..., 2]
-    refined = left + right
-    scale = np.add.reduce(whole, axis=1)
-    done = np.abs(refined - whole) <= _PANEL_TOLERANCE * scale[:, None]
-    if done.all():
-        return peak[:, 0] + np.log(np.add.reduce(refined, axis=1))
+    sums = (np.exp(f.value(points) - peak).reshape(rows, a.shape[1], -1) @ _FIRST_PASS_WEIGHTS) * half[..., None]
+    left, right, refined, change = sums[..., 0], sums[..., 1], sums[..., 2], sums[..., 3]
+    scale = np.add.reduce(refined - change, axis=1)  # the whole panels' rule, summed over the row
+    done = np.abs(change) <= _PANEL_TOLERANCE * scale[:, None]
+    offset = peak[:, 0] - _LOG_SQRT_2PI  # the sums are of exp(h - peak); the normal density has 1/sqrt(2 pi)
+    if np.count_nonzero(done) == done.size:
+        return offset + np.log(np.add.reduce(refined, axis=1))
     total = np.add.reduce(np.where(done, refined, 0.0), axis=1)
     keep = ~done
     row = np.nonzero(keep)[0]
@@ -259,7 +286,7 @@ def _log_gaussian_expectation(n, s, c):
         total += np.bincount(row[done], refined[done], minlength=rows)
         keep = ~done
         if not keep.any():
-            return peak[:, 0] + np.log(total)
+            return offset + np.log(total)
         row = np.concatenate([row[keep], row[keep]])
         a, b = np.concatenate([a[keep], mid[keep]]), np.concatenate([mid[keep], b[keep]])
         whole = np.concatenate([left[keep], right[keep]])
