@@ -145,7 +145,10 @@ def _row_slope_bend(terms, x):
 
 
 def _row_mode(terms):
-    """(mode, h there, bend -h'' there) of one row, terms = [(n_j, s_j, c_j), ...] as floats.
+    """(mode, h there, bend -h'' there, min curvature) of one row, terms = [(n_j, s_j, c_j), ...] as floats.
+
+    The min curvature 1 - sum_{n_j<0} |n_j| s_j^2 bounds the bend from below
+    everywhere (`_log_gaussian_expectation`); it must be positive.
 
     Bisection over the sorted _BRACKET_GRID brackets the root of the
     (decreasing) slope between neighbouring grid points (or beyond the
@@ -156,6 +159,12 @@ def _row_mode(terms):
     Scalar code: per row, a few dozen scalar special-function calls cost less
     than the same number of small numpy operations.
     """
+    min_curvature = 1.0
+    for n, s, _ in terms:
+        if n < 0:
+            min_curvature += n * s * s
+    if not min_curvature > 0:
+        raise ValueError(f"_log_gaussian_expectation needs 1 - sum over negative exponents of |n_j| s_j^2 > 0, got {min_curvature!r}")
     below, above = -1, len(_BRACKET_GRID)  # slope(grid[below]) > 0 >= slope(grid[above])
     below_slope = above_slope = 0.0
     while above - below > 1:
@@ -180,7 +189,7 @@ def _row_mode(terms):
             value = -0.5 * x * x
             for n, s, c in terms:
                 value += n * float(log_ndtr(s * x + c))
-            return x, value, bend
+            return x, value, bend, min_curvature
         if slope > 0:
             lo = x
         else:
@@ -192,13 +201,13 @@ def _row_mode(terms):
 
 
 def _mode(f):
-    """Mode, h there and bend -h'' there for every row of f, each of shape (rows, 1)."""
+    """Mode, h there, bend -h'' there and min curvature for every row of f, each of shape (rows, 1)."""
     rows = [
         [(n, s, c) for n, s, c in zip(n_row, s_row, c_row) if n != 0]
         for n_row, s_row, c_row in zip(f.n.tolist(), f.s.tolist(), f.c.tolist())
     ]
     found = np.array([_row_mode(terms) for terms in rows])
-    return found[:, 0:1], found[:, 1:2], found[:, 2:3]
+    return found[:, 0:1], found[:, 1:2], found[:, 2:3], found[:, 3:4]
 
 
 def _panel_edges(f, mode, peak, bend, min_curvature):
@@ -255,16 +264,13 @@ def _log_gaussian_expectation(n, s, c):
 def _log_gaussian_expectation_block(f):
     """`_log_gaussian_expectation` for the rows of one integrand f."""
     rows = f.n.shape[0]
-    min_curvature = 1.0 + np.add.reduce(np.minimum(f.n, 0.0) * f.s * f.s, axis=1, keepdims=True)
-    if not (min_curvature > 0).all():
-        raise ValueError(f"_log_gaussian_expectation needs 1 - sum over negative exponents of |n_j| s_j^2 > 0, got {min_curvature.ravel()!r}")
-    mode, peak, bend = _mode(f)
+    mode, peak, bend, min_curvature = _mode(f)
     edges = _panel_edges(f, mode, peak, bend, min_curvature)
     a, b = edges[:, :-1], edges[:, 1:]
     half = 0.5 * (b - a)
     mid = 0.5 * (a + b)
     points = (mid[..., None] + half[..., None] * _FIRST_PASS_NODES).reshape(rows, -1)
-    sums = (np.exp(f.value(points) - peak).reshape(rows, a.shape[1], -1) @ _FIRST_PASS_WEIGHTS) * half[..., None]
+    sums = np.dot(np.exp(f.value(points) - peak).reshape(half.size, -1), _FIRST_PASS_WEIGHTS).reshape(rows, -1, 4) * half[..., None]
     left, right, refined, change = sums[..., 0], sums[..., 1], sums[..., 2], sums[..., 3]
     scale = np.add.reduce(refined - change, axis=1)  # the whole panels' rule, summed over the row
     done = np.abs(change) <= _PANEL_TOLERANCE * scale[:, None]
@@ -322,27 +328,27 @@ def _require_range(owner: str, sensitivity, lower, upper) -> tuple[float, float,
     return sensitivity, lower, upper
 
 
-def _require_counts(owner: str, name: str, value, minimum: int) -> np.ndarray:
-    """An integer or array of integers >= minimum, as a flat float array (exponents)."""
+def _require_counts(owner: str, name: str, value, minimum: int) -> tuple[np.ndarray, tuple]:
+    """An integer or array of integers >= minimum, as a flat float array (exponents), and its shape."""
     if type(value) is int and minimum <= value <= 2**53:  # the common scalar call, exactly a float
-        return np.array([float(value)])
+        return np.array([float(value)]), ()
     try:
         counts = np.asarray(value, dtype=float)
     except (TypeError, ValueError) as err:
         raise ValueError(f"{owner}: {name} must be an integer >= {minimum} or an array of them, got {value!r}") from err
     if counts.size == 0 or not np.all(np.isfinite(counts)) or np.any(counts != np.floor(counts)) or np.any(counts < minimum):
         raise ValueError(f"{owner}: {name} must be an integer >= {minimum} or an array of them, got {value!r}")
-    return counts.ravel()
+    return counts.ravel(), counts.shape
 
 
-def _rounded_up_log_ratio(log_num: np.ndarray, log_den: np.ndarray, like) -> float | np.ndarray:
-    """log_num - log_den rounded up by the module's slack; a float for scalar input, an array otherwise."""
-    scalar = np.ndim(like) == 0
+def _rounded_up_log_ratio(log_num: np.ndarray, log_den: np.ndarray, shape: tuple) -> float | np.ndarray:
+    """log_num - log_den rounded up by the module's slack; a float for shape (), else an array of that shape."""
+    scalar = shape == ()
     if scalar:  # Python floats: cheaper than numpy for one value
         log_num, log_den = float(log_num[0]), float(log_den[0])
     epsilon = log_num - log_den
     epsilon = epsilon + _EPSILON_SLACK * abs(epsilon) + _EPSILON_FLOOR + _ROUNDING_PER_LOG * (abs(log_num) + abs(log_den))
-    return max(epsilon, 0.0) if scalar else np.maximum(epsilon, 0.0).reshape(np.shape(like))
+    return max(epsilon, 0.0) if scalar else np.maximum(epsilon, 0.0).reshape(shape)
 
 
 # ----------------------------------------------------------------------------
@@ -372,7 +378,7 @@ def report_noisy_max_epsilon(d, sigma, sensitivity, lower=0.0, upper=1.0):
     Returns a float for scalar d, else an array shaped like d.
     """
     owner = "report_noisy_max_epsilon"
-    counts = _require_counts(owner, "d", d, 2)
+    counts, shape = _require_counts(owner, "d", d, 2)
     sigma = _require_positive(owner, "sigma", sigma)
     sensitivity, lower, upper = _require_range(owner, sensitivity, lower, upper)
     width = upper - lower
@@ -382,7 +388,7 @@ def report_noisy_max_epsilon(d, sigma, sensitivity, lower=0.0, upper=1.0):
     c[:size] = -(width - 2.0 * sensitivity) / sigma
     c[size:] = -width / sigma
     log_values = _log_gaussian_expectation(n, np.ones_like(n), c)
-    return _rounded_up_log_ratio(log_values[:size], log_values[size:], d)
+    return _rounded_up_log_ratio(log_values[:size], log_values[size:], shape)
 
 
 def above_threshold_expost_epsilon(
@@ -425,7 +431,7 @@ def above_threshold_expost_epsilon(
     Returns a float for scalar t, else an array shaped like t.
     """
     owner = "above_threshold_expost_epsilon"
-    counts = _require_counts(owner, "t", t, 1)
+    counts, shape = _require_counts(owner, "t", t, 1)
     sigma_x = _require_positive(owner, "sigma_threshold", sigma_threshold)
     sigma_z = _require_positive(owner, "sigma_query", sigma_query)
     rho = _require_finite(owner, "threshold", threshold)
@@ -444,7 +450,7 @@ def above_threshold_expost_epsilon(
     c[:size] = [(rho - upper + sensitivity) / sigma_z, (lower - rho + sensitivity) / sigma_z][:columns]
     c[size:] = [(rho - upper) / sigma_z, (lower - rho) / sigma_z][:columns]
     log_values = _log_gaussian_expectation(n, s, c)
-    return _rounded_up_log_ratio(log_values[:size], log_values[size:], t)
+    return _rounded_up_log_ratio(log_values[:size], log_values[size:], shape)
 
 
 def _log_stopping_moments(gammas, sigma_x, sigma_z, margin):
