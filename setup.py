@@ -16,8 +16,13 @@ RUNTIME = [
     "matplotlib>=3.7",
 ]
 
+PUBSUB = ["google-cloud-pubsub>=2.18"]  # streaming jobs from Pub/Sub (connectors.pubsub) and its emulator tests
+
 EXTRAS = {
-    "dev": ["pytest>=8", "hypothesis>=6", "pytest-timeout>=2.2"],
+    "dev": ["pytest>=8", "hypothesis>=6", "pytest-timeout>=2.2", *PUBSUB],
+    "pubsub": PUBSUB,
+    # Dataflow: gs:// paths through Beam's FileSystems, the Dataflow runner, Pub/Sub.
+    "gcp": ["apache-beam[gcp]>=2.60"],
     # Peer systems, measured side by side in benchmarks only; never imported at run time.
     "bench": [
         "dp-accounting>=0.4",

@@ -23,6 +23,7 @@ the same rows (`merge_parts`), and removed.
 from __future__ import annotations
 
 import json
+import logging
 import re
 import threading
 import time
@@ -35,6 +36,7 @@ from pipelines.planning import PeakPlan
 from pipelines.spec import WindowSpec
 from pipelines.windowing import AttachWindowTimestamp, beam_windows, window_index
 
+_LOG = logging.getLogger(__name__)
 PARTS_DIR = "windows"
 POLL_S = 1.0
 _PART = re.compile(r"window-(\d+)\.jsonl$")
@@ -98,9 +100,9 @@ class WriteWindowParts(beam.PTransform):
         )
         keyed = rows | "Key by emission" >> beam.ParDo(_AtEmission(self._window))
         return (
-            (keyed, markers)
+            (keyed | "Window rows" >> beam.WindowInto(beam_windows(self._window)),
+             markers | "Window markers" >> beam.WindowInto(beam_windows(self._window)))
             | "With markers" >> beam.Flatten()
-            | "Window emissions" >> beam.WindowInto(beam_windows(self._window))
             | "Group per emission" >> beam.GroupByKey()
             | "Write part" >> beam.ParDo(_WritePart(self._directory))
         )
@@ -175,5 +177,8 @@ def run_until_released(pipeline: beam.Pipeline, directories: dict[str, str], exp
     if failure:
         raise failure[0]
     if not ended.is_set():
+        _LOG.info("streaming run: %s after %.1fs; cancelling the pipeline",
+                  "every window released" if outcome.complete else "max_seconds reached", outcome.seconds)
         result.cancel()
+        _LOG.info("streaming run: pipeline cancelled after %.1fs", time.monotonic() - started)
     return outcome
