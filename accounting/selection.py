@@ -64,7 +64,8 @@ _LEVELS = _MAX_DROP * (np.arange(1, _LEVELS_PER_SIDE + 1) / _LEVELS_PER_SIDE) **
 # Level points of both sides in one row: the left side's levels, then the right side's.
 _LEVEL_SIDES = np.repeat([-1.0, 1.0], _LEVELS_PER_SIDE)
 _LEVEL_DROPS = np.tile(_LEVELS, 2)
-_LEVEL_SCALES = np.sqrt(2.0 * _LEVEL_DROPS)
+_LEVEL_SCALES = np.sqrt(2.0 * _LEVEL_DROPS)  # distances of the levels for a unit Gaussian
+_LEVEL_STEPS = _LEVEL_SIDES * _LEVEL_SCALES
 # The first pass evaluates every panel's rule and the rules on its two halves at once: nodes on [-1, 1],
 # and weights whose columns give, in units of the panel's half-width, the left half, the right half,
 # their sum (the refined value) and their sum minus the whole panel's rule (the change on halving).
@@ -85,6 +86,14 @@ _ROW_BLOCK = 64
 _EPSILON_SLACK = 1e-9
 _EPSILON_FLOOR = 1e-12
 _ROUNDING_PER_LOG = 1e-14  # float rounding in a log-expectation of size |log E|
+
+
+def _sum_terms(x):
+    """Sum over the leading (term) axis; for the one or two terms used here cheaper than np.add.reduce."""
+    total = x[0]
+    for term in x[1:]:
+        total = total + term
+    return total
 
 
 class _Integrand:
@@ -111,15 +120,14 @@ class _Integrand:
             n, s, c = self._n, self._s, self._c
         else:
             n, s, c = self._n[:, row], self._s[:, row], self._c[:, row]
-        return np.add.reduce(n * log_ndtr(s * x + c), axis=0) - 0.5 * x * x
+        return _sum_terms(n * log_ndtr(s * x + c)) - 0.5 * x * x
 
     def value_slope(self, x):
         """Value and slope (derivative, decreasing in x) at x."""
         u = self._s * x + self._c
         # Inverse Mills ratio lambda(u) = phi(u) / Phi(u) = sqrt(2/pi) / erfcx(-u/sqrt 2), finite for every u.
         mills = _SQRT_2_OVER_PI / erfcx(u * -_SQRT_HALF)
-        value = np.add.reduce(self._n * log_ndtr(u), axis=0) - 0.5 * x * x
-        return value, np.add.reduce(self._ns * mills, axis=0) - x
+        return _sum_terms(self._n * log_ndtr(u)) - 0.5 * x * x, _sum_terms(self._ns * mills) - x
 
 
 # Candidate points for bracketing the mode: 0 and +-2^(k/2), k = -40..39 (about 1e-6 to 7e5).
@@ -149,10 +157,12 @@ def _row_slope_bend(terms, x):
 
 
 def _row_mode(terms):
-    """(mode, h there, bend -h'' there, min curvature) of one row, terms = [(n_j, s_j, c_j), ...] as floats.
+    """(mode m, h(m), bend^-1/2, min curvature^-1/2) of one row, terms = [(n_j, s_j, c_j), ...] as floats.
 
-    The min curvature 1 - sum_{n_j<0} |n_j| s_j^2 bounds the bend from below
-    everywhere (`_log_gaussian_expectation`); it must be positive.
+    bend = -h''(m), so bend^-1/2 is the scale of the Gaussian with h's
+    curvature at the mode. The min curvature 1 - sum_{n_j<0} |n_j| s_j^2
+    bounds the bend from below everywhere (`_log_gaussian_expectation`); it
+    must be positive.
 
     Bisection over the sorted _BRACKET_GRID brackets the root of the
     (decreasing) slope between neighbouring grid points (or beyond the
@@ -193,7 +203,7 @@ def _row_mode(terms):
             value = -0.5 * x * x
             for n, s, c in terms:
                 value += n * float(log_ndtr(s * x + c))
-            return x, value, bend, min_curvature
+            return x, value, bend**-0.5, min_curvature**-0.5
         if slope > 0:
             lo = x
         else:
@@ -205,7 +215,7 @@ def _row_mode(terms):
 
 
 def _mode(f):
-    """Mode, h there, bend -h'' there and min curvature for every row of f, each of shape (rows, 1)."""
+    """`_row_mode` for every row of f: four arrays of shape (rows, 1)."""
     rows = [
         [(n, s, c) for n, s, c in zip(n_row, s_row, c_row) if n != 0]
         for n_row, s_row, c_row in zip(f.n.tolist(), f.s.tolist(), f.c.tolist())
@@ -214,23 +224,23 @@ def _mode(f):
     return found[:, 0:1], found[:, 1:2], found[:, 2:3], found[:, 3:4]
 
 
-def _panel_edges(f, mode, peak, bend, min_curvature):
+def _panel_edges(f, mode, peak, scale, widest):
     """Panel boundaries per row, shape (rows, 2K + 1): the mode and, per side, where h has dropped by about each level.
 
     The distance d > 0 from the mode for each level comes from one Newton step
     on the convex increasing drop function from the Gaussian guess
-    sqrt(2 L / bend at the mode). By convexity the Newton point lies at or
-    beyond its root, and the root lies within sqrt(2 L / min_curvature) (the
-    drop grows at least that fast), so capping there keeps it beyond the root:
+    sqrt(2 L) scale, scale = (-h'' at the mode)^-1/2. By convexity the Newton
+    point lies at or beyond its root, and the root lies within sqrt(2 L) widest,
+    widest = min curvature^-1/2 (the drop grows at least that fast), so capping
+    there keeps it beyond the root:
     the last panel reaches a drop of at least _MAX_DROP. The distances are only
     panel boundaries: they need not be exact.
     """
-    guess = _LEVEL_SCALES / np.sqrt(bend)
-    value, slope = f.value_slope(mode + _LEVEL_SIDES * guess)
+    guess = _LEVEL_SCALES * scale
+    value, slope = f.value_slope(mode + _LEVEL_STEPS * scale)
     # drop(d) = peak - value(mode + side d), and d drop / dd = -side * slope > 0.
     step = (value - (peak - _LEVEL_DROPS)) / np.maximum(-_LEVEL_SIDES * slope, 1e-300)
-    cap = _LEVEL_SCALES / np.sqrt(min_curvature)
-    dist = np.minimum(np.maximum(guess + step, guess * 1e-3), cap).reshape(-1, 2, _LEVELS_PER_SIDE)
+    dist = np.minimum(np.maximum(guess + step, guess * 1e-3), _LEVEL_SCALES * widest).reshape(-1, 2, _LEVELS_PER_SIDE)
     dist = np.maximum.accumulate(dist, axis=-1)
     return np.concatenate([mode - dist[:, 0, ::-1], mode, mode + dist[:, 1]], axis=1)
 
@@ -268,8 +278,8 @@ def _log_gaussian_expectation(n, s, c):
 def _log_gaussian_expectation_block(f):
     """`_log_gaussian_expectation` for the rows of one integrand f."""
     rows = f.n.shape[0]
-    mode, peak, bend, min_curvature = _mode(f)
-    edges = _panel_edges(f, mode, peak, bend, min_curvature)
+    mode, peak, scale, widest = _mode(f)
+    edges = _panel_edges(f, mode, peak, scale, widest)
     a, b = edges[:, :-1], edges[:, 1:]
     half = 0.5 * (b - a)
     mid = 0.5 * (a + b)
