@@ -1,7 +1,9 @@
 """`dpstream run`, `dpstream validate` and `dpstream demo`.
 
 Exit codes: 0 done, 2 bad job file, input, ledger or pipeline error (one line
-on stderr), 3 the budget scope refused the debit (nothing read or written).
+on stderr), 3 the budget scope refused the debit (nothing read or written),
+4 a streaming run stopped at --max-seconds before every window of its range
+was released (the released windows are written; the report says so).
 Arguments after `--` go to Apache Beam as pipeline options.
 """
 from __future__ import annotations
@@ -14,7 +16,7 @@ from accounting.ledger import DEFAULT_URL, LEDGER_ENV
 from pipelines import jobfile
 
 # Exit codes, as runner.EXIT_*; the runner (and Apache Beam) is imported only when a subcommand runs.
-EXIT_OK, EXIT_ERROR = 0, 2
+EXIT_OK, EXIT_ERROR, EXIT_PARTIAL = 0, 2, 4
 
 
 def register(subparsers) -> None:
@@ -31,6 +33,10 @@ def register(subparsers) -> None:
     run.add_argument("--output", metavar="DIR", help="output directory (default: the job's [output] path)")
     run.add_argument(
         "--ledger", metavar="URL", help=f"ledger URL (default: the job's privacy.ledger, ${LEDGER_ENV}, or {DEFAULT_URL})"
+    )
+    run.add_argument(
+        "--max-seconds", metavar="S", type=float,
+        help="streaming (pubsub) jobs: stop after S seconds even if windows of the range are still open (exit 4)",
     )
     run.set_defaults(handler=_run, takes_beam_args=True)
 
@@ -74,12 +80,17 @@ def _run(args: argparse.Namespace) -> int:
 
     try:
         job = jobfile.load(args.job)
-        outcome = runner.run(job, args.output, args.ledger, args.beam_args)
+        outcome = runner.run(job, args.output, args.ledger, args.beam_args, max_seconds=args.max_seconds)
     except jobfile.JobFileError as err:
         return _fail("run", err)
     except runner.RunError as err:
         return _fail("run", err, err.exit_code)
     _summary(outcome)
+    if outcome.pending:
+        pending = ", ".join(f"{name}: {count}" for name, count in outcome.pending.items())
+        print(f"dpstream run: stopped at --max-seconds with windows not yet released ({pending}); the released "
+              f"windows are written and the debit stands", file=sys.stderr)
+        return EXIT_PARTIAL
     return EXIT_OK
 
 

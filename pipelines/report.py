@@ -46,6 +46,7 @@ class RunContext:
     files: dict[str, str]
     started_at: str
     timings: dict[str, float]
+    pending: dict[str, int] = dataclasses.field(default_factory=dict)  # streaming: windows not released (max_seconds)
 
 
 def write_reports(context: RunContext, output_dir: str, started: float) -> dict[str, Any]:
@@ -147,6 +148,8 @@ def report_json(context: RunContext, tables: dict[str, pa.Table], chart: str | N
         },
         "chart": chart and os.path.relpath(chart, output_dir),
         "timings_s": {name: round(value, 3) for name, value in timings.items()},
+        **({"streaming": {"complete": not context.pending, "windows_pending": dict(context.pending)}}
+           if job.input.format == "pubsub" else {}),
     }
 
 
@@ -210,6 +213,11 @@ def report_markdown(context: RunContext, content: dict[str, Any]) -> str:
         lines.append(f"| {name} | {info['rows']} | `{info['file']}` |")
     lines.append("")
     lines.append("Only the released rows are counted here; the number of input events is private and is not reported.")
+    pending = content.get("streaming", {}).get("windows_pending")
+    if pending:
+        waiting = ", ".join(f"{name}: {count}" for name, count in pending.items())
+        lines += ["", f"The streaming run stopped at its time bound before these windows were released ({waiting}); "
+                      "they are not in the files above."]
     if content["chart"]:
         lines += ["", f"![released series]({content['chart']})", "", _chart_caption()]
     lines += ["", "## 5. Timings", "", "| step | seconds |", "| --- | --- |"]

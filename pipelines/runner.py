@@ -183,6 +183,7 @@ def run(
         files=files,
         started_at=started_at,
         timings=timings,
+        pending=pending,
     )
     written = report.write_reports(context, output_dir, started)
     return RunOutcome(output_dir, written, files, pending)
@@ -193,8 +194,8 @@ def _check_output(output_dir: str) -> None:
     if is_local(output_dir):
         _check_writable(output_dir)
         return
-    probe = join(output_dir, f".dpstream-write-check-{uuid.uuid4().hex}")
     try:
+        probe = join(output_dir, f".dpstream-write-check-{uuid.uuid4().hex}")
         write_bytes(probe, b"")
         _remove_file(probe)
     except Exception as err:  # Beam raises ValueError (no filesystem for the scheme) or BeamIOError / OSError
@@ -215,8 +216,8 @@ def _remove_tree(directory: str) -> None:
         return
     from apache_beam.io.filesystems import FileSystems
 
-    if FileSystems.match([join(directory, "*")])[0].metadata_list:
-        FileSystems.delete([directory.rstrip("/") + "/"])
+    if FileSystems.exists(directory) or FileSystems.match([join(directory, "*")])[0].metadata_list:
+        FileSystems.delete([directory.rstrip("/") + "/"])  # object stores have no directories, only prefixes
 
 
 def _remove_file(path: str) -> None:

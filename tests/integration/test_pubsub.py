@@ -171,6 +171,7 @@ def test_streaming_run_ends_when_the_range_is_released_and_equals_batch(emulator
     assert time.time() - end < 15, "the run did not end soon after its last window"
     assert not (tmp_path / "stream" / "windows").exists()
     assert streamed.report["runner"]["name"] == "DirectRunner"
+    assert streamed.report["streaming"] == {"complete": True, "windows_pending": {}}
 
     # The reference: the same events as a file, one batch run with the same seed.
     with open(tmp_path / "events.jsonl", "w") as out:
@@ -202,5 +203,6 @@ def test_max_seconds_stops_a_run_and_reports_the_pending_windows(emulator, tmp_p
     assert 5 <= took < 25, took
     assert not (tmp_path / "later" / "windows").exists()
     assert outcome.report["releases"]["counts"]["rows"] == 0
+    assert outcome.report["streaming"] == {"complete": False, "windows_pending": {"counts": 2, "top": 2}}
     with Ledger(ledger) as book:
         assert len(book.history("stream")) == 1  # the debit stands: the run could have released every window
