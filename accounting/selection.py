@@ -234,9 +234,8 @@ def _panel_edges(f, mode, peak, scale, widest):
     sqrt(2 L) scale, scale = (-h'' at the mode)^-1/2. By convexity the Newton
     point lies at or beyond its root, and the root lies within sqrt(2 L) widest,
     widest = min curvature^-1/2 (the drop grows at least that fast), so capping
-    there keeps it beyond the root:
-    the last panel reaches a drop of at least _MAX_DROP. The distances are only
-    panel boundaries: they need not be exact.
+    there keeps it beyond the root: the last panel reaches a drop of at least
+    _MAX_DROP. The distances are only panel boundaries: they need not be exact.
     """
     guess = _LEVEL_SCALES * scale
     value, slope = f.value_slope(mode + _LEVEL_STEPS * scale)
