@@ -65,7 +65,7 @@ def test_defaults_and_relative_paths(tmp_path):
         ("epsilon = 1.0", "epsilon = -1", "privacy.epsilon must be a positive number, got -1.0"),
         ("delta = 1e-6", "delta = 1", "privacy.delta must lie in (0, 1), got 1.0"),
         ("delta = 1e-6", "delta = 1e-6\nmax_partitions = 1.5", "privacy.max_partitions must be a positive integer, got 1.5"),
-        ('format = "csv"', 'format = "xlsx"', "input.format must be one of parquet, csv, jsonl, got 'xlsx'"),
+        ('format = "csv"', 'format = "xlsx"', "input.format must be one of parquet, csv, jsonl, pubsub, got 'xlsx'"),
         ('user = "user"', 'user = ""', "input.user must be a non-empty string, got ''"),
         ('user = "user"', 'usr = "user"', "input.usr is not a known key; allowed:"),
         ('[privacy]', '[privacy]\nbudget = 1', "privacy.budget is not a known key"),
