@@ -45,7 +45,7 @@ seed = 7
 
 REPORT_KEYS = {"dpstream_version", "job", "runner", "input", "window", "privacy", "plan", "budget", "releases",
                "chart", "timings_s"}
-REPORT_SECTIONS = ["## 1. Contribution bounds", "## 2. Releases", "## 3. Privacy budget", "## 4. Outputs",
+REPORT_SECTIONS = ["## 1. Privacy unit and contribution bounds", "## 2. Releases", "## 3. Privacy budget", "## 4. Outputs",
                    "## 5. Timings"]
 
 
