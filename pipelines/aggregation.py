@@ -10,7 +10,7 @@ from __future__ import annotations
 import apache_beam as beam
 import pandas as pd
 
-from pipelines.spec import WindowSpec
+from pipelines.spec import ContributionBounds, WindowSpec
 from pipelines.windowing import AttachWindowTimestamp, beam_windows
 
 
@@ -62,3 +62,20 @@ class PerWindowSums(beam.PTransform):
             | "With empty windows" >> beam.Flatten()
             | "Sum per window" >> beam.CombinePerKey(SumSeriesFn())
         )
+
+
+class WindowedRelease(beam.PTransform):
+    """Base of the release transforms: record batches -> one release's dict rows, window by window.
+
+    Holds what every release needs and nothing else: its plan, the job's
+    contribution bounds and windows, the test-mode seed (None in production)
+    and how many user shards bounding spreads over.
+    """
+
+    def __init__(self, plan, bounds: ContributionBounds, window: WindowSpec, seed: int | None = None, shards: int = 1):
+        super().__init__()
+        self._plan = plan
+        self._bounds = bounds
+        self._window = window
+        self._seed = seed
+        self._shards = shards

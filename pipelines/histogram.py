@@ -20,10 +20,10 @@ import apache_beam as beam
 import numpy as np
 
 from pipelines import mechanisms
-from pipelines.aggregation import PerWindowSums
+from pipelines.aggregation import PerWindowSums, WindowedRelease
 from pipelines.bounding import BoundContributions
 from pipelines.planning import HistogramPlan
-from pipelines.spec import ContributionBounds, WindowSpec
+from pipelines.spec import WindowSpec
 from pipelines.windowing import release_rng, window_bounds_iso
 
 
@@ -61,21 +61,12 @@ class _HistogramMechanism(beam.DoFn):
                    "partition": partition, "value": float(value), "noise_stddev": stddev}
 
 
-class PrivateHistogram(beam.PTransform):
+class PrivateHistogram(WindowedRelease):
     """Record batches -> dict rows (release, window_start, window_end, partition, value, noise_stddev).
 
     Steps: bound contributions per user and window, sum per window (every
     window of the public range), add noise (or select) per window.
     """
-
-    def __init__(self, plan: HistogramPlan, bounds: ContributionBounds, window: WindowSpec,
-                 seed: int | None = None, shards: int = 1):
-        super().__init__()
-        self._plan = plan
-        self._bounds = bounds
-        self._window = window
-        self._seed = seed
-        self._shards = shards
 
     def default_label(self) -> str:
         return f"PrivateHistogram({self._plan.name}, {self._plan.mechanism})"

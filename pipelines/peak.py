@@ -21,10 +21,10 @@ import apache_beam as beam
 import numpy as np
 
 from pipelines import mechanisms
-from pipelines.aggregation import PerWindowSums
+from pipelines.aggregation import PerWindowSums, WindowedRelease
 from pipelines.bounding import BoundContributions
 from pipelines.planning import PeakPlan
-from pipelines.spec import ContributionBounds, WindowSpec
+from pipelines.spec import WindowSpec
 from pipelines.windowing import beam_windows, iso, release_rng, window_bounds_iso, window_timestamp
 
 
@@ -67,20 +67,11 @@ class _PeakMechanism(beam.DoFn):
                "noise_stddev": self._plan.sigma * self._plan.spec.maximum}
 
 
-class PeakWindow(beam.PTransform):
+class PeakWindow(WindowedRelease):
     """Record batches -> dict rows (release, period_start, period_end, window_start, window_end, noise_stddev).
 
     noise_stddev is sigma in the units of the totals (sigma * maximum).
     """
-
-    def __init__(self, plan: PeakPlan, bounds: ContributionBounds, window: WindowSpec,
-                 seed: int | None = None, shards: int = 1):
-        super().__init__()
-        self._plan = plan
-        self._bounds = bounds
-        self._window = window
-        self._seed = seed
-        self._shards = shards
 
     def default_label(self) -> str:
         return f"PeakWindow({self._plan.name}, {self._plan.windows_per_period} windows per period)"

@@ -17,10 +17,10 @@ from __future__ import annotations
 import apache_beam as beam
 
 from pipelines import mechanisms
-from pipelines.aggregation import PerWindowSums
+from pipelines.aggregation import PerWindowSums, WindowedRelease
 from pipelines.bounding import BoundContributions
 from pipelines.planning import TopKPlan
-from pipelines.spec import ContributionBounds, WindowSpec
+from pipelines.spec import WindowSpec
 from pipelines.windowing import release_rng, window_bounds_iso
 
 
@@ -56,17 +56,8 @@ class _TopKMechanism(beam.DoFn):
             yield row
 
 
-class PrivateTopK(beam.PTransform):
+class PrivateTopK(WindowedRelease):
     """Record batches -> dict rows (release, window_start, window_end, rank, partition[, value, noise_stddev])."""
-
-    def __init__(self, plan: TopKPlan, bounds: ContributionBounds, window: WindowSpec,
-                 seed: int | None = None, shards: int = 1):
-        super().__init__()
-        self._plan = plan
-        self._bounds = bounds
-        self._window = window
-        self._seed = seed
-        self._shards = shards
 
     def default_label(self) -> str:
         return f"PrivateTopK({self._plan.name}, k={self._plan.spec.k})"
