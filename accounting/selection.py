@@ -29,8 +29,8 @@ log-concave (log Phi is concave) with curvature at least 1, so it has one mode,
 found per integral by scalar code (bisection over a fixed grid, then
 safeguarded Newton; a few dozen scalar special-function calls cost less than
 as many numpy operations on tiny arrays). `_log_gaussian_expectation` cuts
-each side of the mode where the log integrand has dropped by 60 (k/4)^2,
-k = 1..4 (equally spaced for a Gaussian, crowded where a sharp cut-off falls,
+each side of the mode where the log integrand has dropped by 60 (k/5)^2,
+k = 1..5 (equally spaced for a Gaussian, crowded where a sharp cut-off falls,
 e.g. large t and small sigma_query). Past a drop of 60 the remaining mass is
 below e^-55 of the total (a log-concave tail falls at least as fast as its
 chord), so it is dropped. Each panel gets a 12-point Gauss–Legendre rule and
@@ -58,7 +58,7 @@ _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _SQRT_HALF = math.sqrt(0.5)
 
 # Quadrature design (see module docstring).
-_LEVELS_PER_SIDE = 4
+_LEVELS_PER_SIDE = 5
 _MAX_DROP = 60.0
 _NODES_PER_PANEL = 12
 _GL_NODES, _GL_WEIGHTS = np.polynomial.legendre.leggauss(_NODES_PER_PANEL)
