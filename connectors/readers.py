@@ -227,19 +227,7 @@ def _read_jsonl_mixed(path: str, spec: InputSpec) -> pa.Table:
     A column of mixed types becomes text (JSON numbers in their JSON spelling), so the usual conversions
     report a value that still does not fit, e.g. cannot parse 'late' as a number.
     """
-    records, lines = [], []
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as bad:
-                raise InputError(f"{path}:{number}: not valid JSON: {bad.msg}") from bad
-            if not isinstance(record, dict):
-                raise InputError(f"{path}:{number}: expected a JSON object, got {type(record).__name__}")
-            records.append(record)
-            lines.append(number)
+    records = list(_json_objects(path))
     arrays = {}
     for column in spec.columns.values():
         values = [record.get(column) for record in records]
@@ -250,8 +238,8 @@ def _read_jsonl_mixed(path: str, spec: InputSpec) -> pa.Table:
     return pa.table(arrays)
 
 
-def _locate_json_error(path: str, err: Exception) -> InputError:
-    """Find the first line that pyarrow refused, reading line by line (error path only)."""
+def _json_objects(path: str) -> Iterator[dict]:
+    """The JSON object on each non-blank line; the first bad line raises InputError naming file and line."""
     with open(path, encoding="utf-8", errors="replace") as handle:
         for number, line in enumerate(handle, 1):
             if not line.strip():
@@ -259,9 +247,19 @@ def _locate_json_error(path: str, err: Exception) -> InputError:
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as bad:
-                return InputError(f"{path}:{number}: not valid JSON: {bad.msg}")
+                raise InputError(f"{path}:{number}: not valid JSON: {bad.msg}") from bad
             if not isinstance(record, dict):
-                return InputError(f"{path}:{number}: expected a JSON object, got {type(record).__name__}")
+                raise InputError(f"{path}:{number}: expected a JSON object, got {type(record).__name__}")
+            yield record
+
+
+def _locate_json_error(path: str, err: Exception) -> InputError:
+    """Find the first line that pyarrow refused, reading line by line (error path only)."""
+    try:
+        for _ in _json_objects(path):
+            pass
+    except InputError as located:
+        return located
     return InputError(f"{path}: cannot read as JSON lines: {_first_line(err)}")
 
 
