@@ -7,6 +7,10 @@ the minimum over theorems each of which is valid for that composition. With
 `adaptive=False` the caller also guarantees that every mechanism was fixed in
 advance, which admits the non-adaptive theorems (Dong–Durfee–Rogers Thm 3 and
 Cesar–Rogers Thm 3).
+A bound that does not cover an event may still answer for the composition in
+which such events are replaced by the weaker events they imply
+(`Event.relaxed`, e.g. Gaussian thresholding as approximate zCDP); its
+candidate is then named "<bound> (relaxed)" and is never treated as exact.
 Caller must ensure: parameters are not chosen from earlier outputs. When they
 are (a ledger across jobs, an SVT monitor), use a privacy filter from
 `accounting.filters` instead (Regehr et al.: composing exact curves and
@@ -92,14 +96,25 @@ class Accountant:
         return self
 
     def valid_bounds(self) -> list[Bound]:
-        return [
-            bound
-            for bound in self._bounds
-            if (not bound.nonadaptive_only or not self.adaptive) and bound.applies(self.composition)
-        ]
+        """The bounds valid for the composition as it is."""
+        return [bound for bound, composition in self._valid() if composition is self.composition]
 
-    def _check_supported(self, bounds: list[Bound]) -> None:
-        if not bounds:
+    def _valid(self) -> list[tuple[Bound, Composition]]:
+        """Every usable bound with the composition it answers for: the composition itself or its relaxation."""
+        composition = self.composition
+        relaxed = composition.relaxed()
+        valid = []
+        for bound in self._bounds:
+            if bound.nonadaptive_only and self.adaptive:
+                continue
+            if bound.applies(composition):
+                valid.append((bound, composition))
+            elif relaxed is not composition and bound.applies(relaxed):
+                valid.append((bound, relaxed))
+        return valid
+
+    def _check_supported(self, valid: list) -> None:
+        if not valid:
             kinds = sorted(t.__name__ for t in self.composition.kinds())
             raise UnsupportedEventError(f"no composition bound covers this mix of events: {kinds}")
 
@@ -127,7 +142,7 @@ class Accountant:
         _check_probability("delta", delta)
         if not self.composition.items:
             return Explanation("epsilon", delta, 0.0, "empty", ())
-        return self._explain("epsilon", delta, lambda b: b.epsilon(self.composition, delta))
+        return self._explain("epsilon", delta, lambda b, c: b.epsilon(c, delta))
 
     def explain_delta(self, epsilon: float) -> Explanation:
         """delta at `epsilon`: every valid bound's value and the winner."""
@@ -135,14 +150,18 @@ class Accountant:
             raise ValueError(f"epsilon must be a number, got {epsilon!r}")
         if not self.composition.items:
             return Explanation("delta", epsilon, max(0.0, -math.expm1(epsilon)), "empty", ())
-        return self._explain("delta", epsilon, lambda b: b.delta(self.composition, epsilon))
+        return self._explain("delta", epsilon, lambda b, c: b.delta(c, epsilon))
 
     def _explain(self, query: str, at: float, evaluate) -> Explanation:
-        bounds = self.valid_bounds()
-        self._check_supported(bounds)
-        candidates = tuple(Candidate(b.name, b.reference, float(evaluate(b))) for b in bounds)
+        valid = self._valid()
+        self._check_supported(valid)
+        candidates = tuple(
+            Candidate(b.name if c is self.composition else f"{b.name} (relaxed)", b.reference, float(evaluate(b, c)))
+            for b, c in valid
+        )
         best = min(candidates, key=lambda c: c.value)
-        skipped = tuple(b.name for b in self._bounds if b not in bounds)
+        used = {b for b, _ in valid}
+        skipped = tuple(b.name for b in self._bounds if b not in used)
         return Explanation(query, at, best.value, best.name, candidates, skipped)
 
 

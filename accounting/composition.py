@@ -77,6 +77,15 @@ class Composition:
     def select(self, *classes: type) -> list[tuple[Event, int]]:
         return [(event, count) for event, count in self.items if isinstance(event, classes)]
 
+    def relaxed(self) -> "Composition":
+        """Each leaf that has a weaker standard form (`Event.relaxed`) replaced by it; self if none has."""
+        if not any(event.relaxed() is not None for event, _ in self.items):
+            return self
+        counts: Counter = Counter()
+        for event, count in self.items:
+            counts[event.relaxed() or event] += count
+        return Composition.from_counts(counts)
+
     def expanded(self) -> Iterable[Event]:
         """Every leaf run, one by one (count times each)."""
         for event, count in self.items:

@@ -1,16 +1,16 @@
 """Parse and print events as `KIND:PARAMS` strings, e.g. `gaussian:sigma=2,sensitivity=1`.
 
 Used by the CLI and job files. Kinds: pure, approx, exponential (BoundedRange),
-laplace, gaussian, zcdp. Every error is one line naming the bad part.
+laplace, gaussian, zcdp, gaussian_threshold. Every error is one line naming the bad part.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
 
-from accounting.events import ApproxDP, BoundedRange, Event, Gaussian, InvalidEventError, Laplace, PureDP, ZCDP
+from accounting.events import LEAF_EVENTS, Event, InvalidEventError
 
-KINDS: dict[str, type[Event]] = {cls.kind: cls for cls in (PureDP, ApproxDP, BoundedRange, Laplace, Gaussian, ZCDP)}
+KINDS: dict[str, type[Event]] = {cls.kind: cls for cls in LEAF_EVENTS}
 
 
 def parse_event(spec: str) -> Event:

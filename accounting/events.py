@@ -48,6 +48,10 @@ class Event:
 
     kind: ClassVar[str] = ""
 
+    def relaxed(self) -> "Event | None":
+        """A weaker event this one implies, for bounds that do not know this class; None if there is none."""
+        return None
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready description: the class name and the fields."""
         fields = {}
@@ -185,6 +189,43 @@ class ZCDP(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class GaussianThreshold(Event):
+    """Gaussian thresholding of a sparse histogram: Gaussian noise on shared keys, new keys rarely released.
+
+    For every neighbouring pair (x holds the privacy unit, x' does not) the
+    mechanism's laws are dominated, in every hockey-stick divergence, by the pair
+        P = (1 - delta) N(mu, 1) + delta * bottom,   Q = N(0, 1),   mu = sensitivity / sigma:
+    H_a(M(x) || M(x')) <= H_a(P || Q) and H_a(M(x') || M(x)) <= H_a(Q || P) for every a >= 0.
+    This holds when the keys present in both x and x' get Gaussian noise of
+    standard deviation `sigma` with L2 sensitivity `sensitivity`, and the keys
+    present only in x are, all together, released with probability at most `delta`
+    (independently of the rest); docs/proofs/events.GaussianThreshold.md.
+    It implies `ZCDP(mu^2 / 2, delta)` (`relaxed`).
+    """
+
+    sigma: float
+    sensitivity: float
+    delta: float
+    kind: ClassVar[str] = "gaussian_threshold"
+
+    def __post_init__(self) -> None:
+        _positive_finite("GaussianThreshold", "sigma", self.sigma)
+        _positive_finite("GaussianThreshold", "sensitivity", self.sensitivity)
+        _delta("GaussianThreshold", self.delta)
+
+    @property
+    def mu(self) -> float:
+        return self.sensitivity / self.sigma
+
+    def relaxed(self) -> "ZCDP":
+        """delta-approximate rho-zCDP in the mixture form, rho = mu^2 / 2 rounded up (proof note)."""
+        rho = self.sensitivity * self.sensitivity / (2.0 * self.sigma * self.sigma)
+        for _ in range(4):  # covers the three roundings of the product and the quotient
+            rho = math.nextafter(rho, math.inf)
+        return ZCDP(rho=rho, delta=self.delta)
+
+
+@dataclass(frozen=True, slots=True)
 class SelfComposed(Event):
     """`event` run `count` times (each run may depend on earlier outputs)."""
 
@@ -211,7 +252,7 @@ class Composed(Event):
             _require(isinstance(event, Event), f"Composed.events holds a non-event {event!r}")
 
 
-LEAF_EVENTS: tuple[type[Event], ...] = (PureDP, ApproxDP, BoundedRange, Laplace, Gaussian, ZCDP)
+LEAF_EVENTS: tuple[type[Event], ...] = (PureDP, ApproxDP, BoundedRange, Laplace, Gaussian, ZCDP, GaussianThreshold)
 
 EVENT_CLASSES: dict[str, type[Event]] = {
     cls.__name__: cls for cls in (*LEAF_EVENTS, SelfComposed, Composed)

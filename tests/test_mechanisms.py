@@ -8,20 +8,23 @@ import dataclasses
 import itertools
 import math
 
+import mpmath
 import numpy as np
 import pytest
 from scipy import integrate, optimize, stats
 
-from accounting.events import BoundedRange, Gaussian, Laplace, PureDP, SelfComposed, ZCDP
+from accounting.events import BoundedRange, Gaussian, GaussianThreshold, Laplace, PureDP, SelfComposed, ZCDP
 from pipelines import mechanisms
 from pipelines.mechanisms import (
     count_mle,
     exponential_top_k,
     gaussian,
+    gaussian_threshold,
     laplace,
     laplace_above_threshold,
     laplace_report_noisy_max,
     order_consistent_counts,
+    selection_margin,
     truncated_gaussian,
     truncation_level,
 )
@@ -160,6 +163,55 @@ def exact_top_k(scores: np.ndarray, k: int, epsilon: float, sensitivity: float) 
     return out
 
 
+def discrete_gaussian_tail(s: float, m: int) -> float:
+    """Pr[X >= m] for P[X = j] proportional to exp(-j^2 / 2 s^2), summed at 40 digits."""
+    weight = lambda j: mpmath.exp(-mpmath.mpf(j) ** 2 / (2 * mpmath.mpf(s) ** 2))  # noqa: E731
+    span = int(60 * s) + 60
+    total = weight(0) + 2 * mpmath.fsum(weight(j) for j in range(1, span))
+    return float(mpmath.fsum(weight(j) for j in range(m, m + span)) / total)
+
+
+class TestGaussianThreshold:
+    @pytest.mark.parametrize("s", [0.8, 3.0, 25.0])
+    @pytest.mark.parametrize("partitions, delta", [(1, 0.1), (5, 1e-3), (3, 1e-9)])
+    def test_margin_bounds_the_exact_discrete_tail(self, s, partitions, delta):
+        m = selection_margin(s, partitions, delta)
+        one = discrete_gaussian_tail(s, m + 1)  # a unit's own partition needs X >= m + 1
+        assert -math.expm1(partitions * math.log1p(-one)) <= delta
+        p1 = -math.expm1(math.log1p(-delta) / partitions)
+        assert m == math.ceil(s * -stats.norm.ppf(p1) - 1e-9)  # no more margin than the continuous bound needs
+
+    def test_release_and_event(self):
+        counts = np.array([500, 3, 80, 0, 2])
+        release = gaussian_threshold(counts, 4.0, 2, SecureRandom(7), delta=1e-8, max_partitions=3)
+        indices, values = release.value
+        assert list(indices) == [0, 2]  # cutoff 2 + about 4 * 5.9 here
+        assert release.event == GaussianThreshold(4.0, math.sqrt(3) * 2, 1e-8)
+        step = release.parameters["granularity"]
+        assert release.parameters["cutoff"] == 2 + selection_margin(4.0 / step, 3, 1e-8) * step
+        assert on_grid(values, step) and np.all(values > release.parameters["cutoff"])
+
+    def test_grid_rounding_raises_threshold_and_sensitivity(self):
+        release = gaussian_threshold(np.array([10.3, 0.25]), 4.0, 1.5, SecureRandom(9), delta=1e-6, max_partitions=2)
+        step = release.parameters["granularity"]
+        assert release.parameters["threshold"] > 1.5 and release.event.sensitivity > math.sqrt(2) * 1.5
+        assert release.parameters["threshold"] <= 1.5 + 2 * step
+
+    def test_noise_is_unbiased_gaussian(self):
+        counts = np.full(100_000, 1000)
+        indices, values = gaussian_threshold(counts, 3.0, 1, SecureRandom(8), delta=0.2).value
+        assert indices.size == counts.size
+        assert stats.kstest(values - 1000, stats.norm(scale=3.0).cdf).pvalue > ALPHA
+
+    def test_errors(self):
+        with pytest.raises(ValueError, match=r"gaussian_threshold: delta must lie in \(0, 1\), got 0"):
+            gaussian_threshold([5], 1.0, 1, SecureRandom(0), delta=0)
+        with pytest.raises(ValueError, match="gaussian_threshold: threshold must be a positive"):
+            gaussian_threshold([5], 1.0, 0, SecureRandom(0), delta=1e-6)
+        with pytest.raises(ValueError, match="gaussian_threshold: max_partitions must be an integer >= 1"):
+            gaussian_threshold([5], 1.0, 1, SecureRandom(0), delta=1e-6, max_partitions=0)
+
+
 class TestExponentialTopK:
     SCORES = np.array([0.0, 1.0, 2.5, 0.5])
     TRIALS = 8_000
@@ -260,6 +312,6 @@ class TestLaplaceBaselines:
 
 
 def test_public_names():
-    for name in ("laplace", "gaussian", "truncated_gaussian", "exponential_top_k", "report_noisy_max",
+    for name in ("laplace", "gaussian", "gaussian_threshold", "truncated_gaussian", "exponential_top_k", "report_noisy_max",
                  "above_threshold", "laplace_report_noisy_max", "laplace_above_threshold", "count_mle"):
         assert callable(getattr(mechanisms, name))

@@ -35,6 +35,8 @@ def gdp_log_delta(mu: float, epsilon: float) -> float:
     """log delta(epsilon) of a mu-GDP mechanism (the exact Gaussian privacy profile)."""
     if mu == 0.0:
         return -math.inf if epsilon >= 0 else math.log(-math.expm1(epsilon))
+    if math.isinf(epsilon):  # delta(+inf) = 0, delta(-inf) = 1
+        return -math.inf if epsilon > 0 else 0.0
     first = float(log_ndtr(-epsilon / mu + mu / 2))
     second = epsilon + float(log_ndtr(-epsilon / mu - mu / 2))
     if second >= first:  # equal up to rounding: delta is below float resolution

@@ -1,7 +1,7 @@
 """Numerical privacy-loss-distribution (PLD) composition for mixed plans.
 
 Privacy: add/remove neighbours (one privacy unit), (epsilon, delta)-DP. For a
-composition of PureDP, ApproxDP, Laplace, Gaussian and BoundedRange events,
+composition of PureDP, ApproxDP, Laplace, Gaussian, GaussianThreshold and BoundedRange events,
 run adaptively (each mechanism may depend on earlier outputs) with parameters
 fixed in advance, the reported delta(epsilon) is an upper bound on the
 optimal delta for every epsilon in R, and epsilon(delta) an upper bound on the
@@ -27,14 +27,21 @@ Proof (details in docs/proofs/accounting.bounds.pld.md):
   would multiply the discretisation error by e^eps).
 - The Gaussian losses sum to N(kappa, 2 kappa) with mu^2 = 2 kappa = sum mu_i^2,
   whose expectation is the mu-GDP profile, so
-  delta(eps) = 1 - keep + keep * (p_inf + sum_z P(z) delta_mu(eps - z)),
+  delta(eps) = 1 - keep + keep * (p_inf + sum_z P(z) delta_mu(eps - shift - z)),
   the E_Z form of Chourasia et al. Thm 4.2, with keep = prod (1 - delta_i).
+- GaussianThreshold(sigma, D, delta) has the asymmetric dominating pair
+  P = (1 - delta) N(mu, 1) + delta bottom, Q = N(0, 1) (event docstring). Its
+  loss is +infinity w.p. delta, else the Gaussian loss + log(1 - delta) (P
+  against Q), and the Gaussian loss - log(1 - delta) (Q against P). Both
+  directions' composed deltas are at most the expression above with delta in
+  `keep` and shift = -sum log(1 - delta) (docs/proofs/events.GaussianThreshold.md),
+  so one curve covers both.
 - Pessimistic discretisation: each non-Gaussian loss is rounded up to the grid
   step * Z, mass beyond a truncation point moves to +infinity (or, on the
   left, up to the truncation point). (1 - e^{eps - z})_+ and delta_mu(eps - z)
   are non-decreasing in z, so under the monotone coupling every such move only
   increases delta: the result is an upper bound for every grid.
-Checks: `applies` admits only the five event classes; steps are positive.
+Checks: `applies` admits only the six event classes; steps are positive.
 Caller must ensure: the events' parameters were fixed before any mechanism ran.
 Numerics: direct convolution (relative error) when one side has at most 32
 atoms, else FFT; FFT masses are clipped at 0 and an upper bound on the L1
@@ -67,7 +74,7 @@ from scipy.special import log_ndtr
 from accounting.bounds import Bound
 from accounting.bounds.gaussian import gdp_epsilon
 from accounting.composition import Composition
-from accounting.events import ApproxDP, BoundedRange, Event, Gaussian, Laplace, PureDP
+from accounting.events import ApproxDP, BoundedRange, Event, Gaussian, GaussianThreshold, Laplace, PureDP
 
 DEFAULT_STEP = 1e-4  # loss grid for large plans
 MIN_STEP = 1e-6  # finest grid used for small plans
@@ -82,7 +89,8 @@ REFINE_BINS = 2**14  # lattices up to this size refine epsilon between grid poin
 DIRECT_NONZEROS = 32  # sparse side small enough for direct convolution
 FINITE_ROUND_UP = 1.0 + 1e-12  # covers summation and log_ndtr rounding in the finite part
 
-SUPPORTED = (PureDP, ApproxDP, Laplace, Gaussian, BoundedRange)
+SUPPORTED = (PureDP, ApproxDP, Laplace, Gaussian, GaussianThreshold, BoundedRange)
+GAUSSIAN_PART = (Gaussian, GaussianThreshold)  # composed in closed form through mu, not on the lattice
 
 
 # --- leaf privacy-loss distributions ----------------------------------------------------------------
@@ -284,7 +292,7 @@ def gdp_delta_array(mu: float, x: np.ndarray) -> np.ndarray:
 
 def choose_step(composition: Composition, step: float | None = None) -> float:
     """The loss grid: `step` if given, else DEFAULT_STEP, finer for narrow plans, coarser for very wide ones."""
-    width = 2 * math.fsum(float(e.epsilon) * c for e, c in composition if not isinstance(e, Gaussian))
+    width = 2 * math.fsum(float(e.epsilon) * c for e, c in composition if not isinstance(e, GAUSSIAN_PART))
     if step is not None:
         if not (isinstance(step, (int, float)) and math.isfinite(step) and step > 0):
             raise ValueError(f"PLD loss step must be a positive finite number, got {step!r}")
@@ -296,15 +304,16 @@ def choose_step(composition: Composition, step: float | None = None) -> float:
 
 def _radius(composition: Composition, step: float) -> float:
     """Half-width of the truncation window: Hoeffding with losses in [-eps_i, eps_i + step]."""
-    spread = math.fsum(c * (float(e.epsilon) + step / 2) ** 2 for e, c in composition if not isinstance(e, Gaussian))
+    spread = math.fsum(c * (float(e.epsilon) + step / 2) ** 2 for e, c in composition if not isinstance(e, GAUSSIAN_PART))
     return math.sqrt(-2.0 * LOG_TAIL * spread)
 
 
 class ComposedCurve:
     """delta(epsilon) of a composition, as an upper bound valid for every epsilon in R.
 
-    `delta(eps) = 1 - keep + keep * (floor + sum_z P(z) delta_mu(eps - z))`, where
-    `floor` holds the mass at +infinity plus the floating-point error bound.
+    `delta(eps) = 1 - keep + keep * (floor + sum_z P(z) delta_mu(eps - shift - z))`, where
+    `floor` holds the mass at +infinity plus the floating-point error bound and
+    `shift` = -sum log(1 - delta_i) over the GaussianThreshold events (0 without them).
     """
 
     def __init__(self, composition: Composition, step: float | None = None):
@@ -312,12 +321,14 @@ class ComposedCurve:
             names = [c.__name__ for c in SUPPORTED]
             raise TypeError(f"PLD composition covers only {names}, got {composition.to_dict()}")
         self.step = choose_step(composition, step)
-        self.mu = math.sqrt(math.fsum(c * e.mu**2 for e, c in composition.select(Gaussian)))
-        self.log_keep = math.fsum(c * math.log1p(-e.delta) for e, c in composition.select(ApproxDP))
+        self.mu = math.sqrt(math.fsum(c * e.mu**2 for e, c in composition.select(*GAUSSIAN_PART)))
+        self.log_keep = math.fsum(c * math.log1p(-e.delta) for e, c in composition.select(ApproxDP, GaussianThreshold))
+        thresholds = composition.select(GaussianThreshold)
+        self.shift = math.nextafter(-math.fsum(c * math.log1p(-e.delta) for e, c in thresholds), math.inf) if thresholds else 0.0
         radius = _radius(composition, self.step)
         lattice: Lattice | None = None
         for event, count in composition:
-            if isinstance(event, Gaussian):
+            if isinstance(event, GAUSSIAN_PART):
                 continue
             leaf = self_compose(discretise(loss_law(event), self.step), count, radius)
             lattice = leaf if lattice is None else truncate(convolve(lattice, leaf), radius)
@@ -340,7 +351,8 @@ class ComposedCurve:
         return self._combine(self.floor + self._expectation(epsilon))
 
     def _expectation(self, epsilon: float) -> float:
-        """sum_z P(z) delta_mu(epsilon - z) over the finite losses, rounded up."""
+        """sum_z P(z) delta_mu(epsilon - shift - z) over the finite losses, rounded up."""
+        epsilon = epsilon - self.shift
         if self.mu == 0.0:
             start = int(np.searchsorted(self.losses, epsilon, side="right"))  # delta_0(x) = 0 for x >= 0
             head = 0.0
@@ -365,7 +377,7 @@ class ComposedCurve:
     def _grid_delta(self, m: int) -> float:
         """An upper bound on delta(m * step) from a table of delta_mu (no special functions per call).
 
-        Table entry j >= 1 holds delta_mu at x = (first + (j-1) * stride) * step and
+        Table entry j >= 1 holds delta_mu at x - shift, x = (first + (j-1) * stride) * step, and
         entry 0 holds 1; a loss difference x uses the entry at or below it (delta_mu
         is non-increasing), clipped to the last entry above the table.
         """
@@ -377,7 +389,7 @@ class ComposedCurve:
             size = math.ceil((top / self.step - first) / stride) + 1
             table = np.empty(size + 1)
             table[0] = 1.0
-            table[1:] = gdp_delta_array(self.mu, (first + stride * np.arange(size)) * self.step)
+            table[1:] = gdp_delta_array(self.mu, (first + stride * np.arange(size)) * self.step - self.shift)
             self._table = (first, stride, table)
         first, stride, table = self._table
         differences = (m - self.offset - first) - self.indices
@@ -399,7 +411,7 @@ class ComposedCurve:
             return math.inf
         if self.delta(0.0) <= delta:
             return 0.0
-        upper = float(self.losses[-1]) + self.step
+        upper = float(self.losses[-1]) + self.step + self.shift
         if self.mu > 0:  # delta(upper + x) <= combine(floor + delta_mu(x) * FINITE_ROUND_UP)
             need = -math.expm1(math.log1p(-delta) - self.log_keep)
             upper += gdp_epsilon(self.mu, (need - self.floor) / FINITE_ROUND_UP / 2)
@@ -421,7 +433,7 @@ class ComposedCurve:
 
 
 class PLDBound(Bound):
-    """Pessimistic numerical PLD composition of PureDP, ApproxDP, Laplace, Gaussian and BoundedRange.
+    """Pessimistic numerical PLD composition of PureDP, ApproxDP, Laplace, Gaussian, GaussianThreshold and BoundedRange.
 
     Privacy: add/remove neighbours, (epsilon, delta)-DP; delta(eps) and
     epsilon(delta) are upper bounds on the optimum for the adaptive composition.

@@ -5,7 +5,8 @@ Gaussian (sigma, sensitivity s): rho = s^2 / (2 sigma^2) (Bun–Steinke 2016, Pr
 an epsilon-DP leaf (PureDP, Laplace): epsilon^2 / 2 (Bun–Steinke Prop 1.4);
 an epsilon-BR leaf: epsilon^2 / 8 (Cesar–Rogers, conversion after Lemma 3.4; xi <= 0 is dropped);
 ZCDP(rho, delta): rho with delta; ApproxDP(epsilon, delta): epsilon^2 / 2 with delta
-(the (epsilon_t, delta_t) form of Whitehouse et al., as restated in Lebensold–Precup–Balle Thm 20).
+(the (epsilon_t, delta_t) form of Whitehouse et al., as restated in Lebensold–Precup–Balle Thm 20);
+a leaf with a relaxation (`Event.relaxed`, e.g. GaussianThreshold -> ZCDP(mu^2 / 2, delta)) at that of its relaxation.
 """
 from __future__ import annotations
 
@@ -38,7 +39,8 @@ def zcdp_cost(leaf: Event) -> tuple[Fraction, Fraction] | None:
         return exact_decimal(leaf.rho), exact_decimal(leaf.delta)
     if isinstance(leaf, ApproxDP):
         return exact_decimal(leaf.epsilon) ** 2 / 2, exact_decimal(leaf.delta)
-    return None
+    relaxed = leaf.relaxed()  # e.g. GaussianThreshold -> ZCDP(mu^2 / 2, delta)
+    return None if relaxed is None else zcdp_cost(relaxed)
 
 
 def zcdp_rho_for(epsilon: float, delta: float) -> float:
@@ -164,7 +166,7 @@ class WhitehouseFilter(_ZCDPSum):
 
     kind = "whitehouse"
     halts_on_refusal = True
-    allowed = "Gaussian, PureDP, Laplace, BoundedRange, ZCDP, ApproxDP"
+    allowed = "Gaussian, PureDP, Laplace, BoundedRange, ZCDP, ApproxDP, GaussianThreshold"
 
     def __init__(self, epsilon: float, delta: float, conversion_delta: float | None = None) -> None:
         super().__init__()

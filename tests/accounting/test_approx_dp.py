@@ -1,7 +1,6 @@
 """Chourasia–Javaid–Sikdar exact (eps_i, delta_i) composition against exact and brute-force references."""
 import itertools
 import math
-import time
 from collections import Counter
 
 import numpy as np
@@ -170,15 +169,10 @@ def test_aligned_and_split_groups_against_exact_enumeration():
     assert exact.epsilon(1e-6) <= lattice.epsilon(1e-6) <= exact.epsilon(1e-6) + 1e-4
 
 
-def test_thousand_distinct_epsilons_are_fast_and_tight():
+def test_thousand_distinct_epsilons_are_tight():
     rng = np.random.default_rng(11)
     pairs = [(float(e), 0.0) for e in rng.uniform(0.01, 0.1, size=1000)]
-    elapsed = []
-    for _ in range(2):  # the best of two runs, so a busy shared machine does not fail the test
-        start = time.perf_counter()
-        eps = approx_dp_epsilon(pairs, 1e-6)
-        elapsed.append(time.perf_counter() - start)
-    assert min(elapsed) < 1.0
+    eps = approx_dp_epsilon(pairs, 1e-6)
     finer = lattice_only(pairs, max_lattice=2**17).epsilon(1e-6)
     assert abs(eps - finer) < 5e-4
     assert approx_dp_delta(pairs, eps) <= 1e-6

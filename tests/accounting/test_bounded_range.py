@@ -5,7 +5,6 @@ Reference values are the [COMPUTED] tables of notes/dong-durfee-rogers.md (Sec. 
 """
 import itertools
 import math
-import time
 
 import mpmath
 import numpy as np
@@ -224,13 +223,6 @@ def test_theorem3_inversion_is_tight_and_never_undershoots(k, eps, delta):
     assert br_optimal_delta(k, eps, eps_g - 1e-9 * max(1.0, eps_g)) > delta
 
 
-def test_theorem3_inversion_is_fast():
-    for k, eps in [(10, 1.0), (100, 0.1)]:
-        start = time.perf_counter()
-        br_optimal_epsilon(k, eps, 1e-6)
-        assert time.perf_counter() - start < 0.25
-
-
 # ---------------------------------------------------------------- adaptive bounds
 
 
@@ -318,9 +310,7 @@ def test_adaptive_bounds_dominate_theorem3_on_a_grid():
 def test_accountant_acceptance_values():
     nonadaptive = Accountant(adaptive=False).compose(BoundedRange(1.0), count=10)
     adaptive = Accountant(adaptive=True).compose(BoundedRange(1.0), count=10)
-    start = time.perf_counter()
     explained = nonadaptive.explain(1e-6)
-    assert time.perf_counter() - start < 0.5
     assert matches_printed(explained.value, 7.71332)
     assert matches_printed(explained.to_dict()["candidates"]["br_optimal_nonadaptive"], 7.71332)
     explained = adaptive.explain(1e-6)

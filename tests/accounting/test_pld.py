@@ -1,7 +1,6 @@
 """The pessimistic PLD bound against exact or brute-force privacy curves; it must never fall below them."""
 import itertools
 import math
-import time
 
 import mpmath
 import numpy as np
@@ -368,9 +367,7 @@ def test_only_supported_events_and_valid_step():
         PLDBound(step=-1)
 
 
-def test_large_plan_is_finite_and_fast_enough():
+def test_large_plan_is_finite():
     plan = Composition.of(SelfComposed(Laplace(2.0), 24), SelfComposed(Gaussian(5.0), 24), SelfComposed(BoundedRange(0.5), 24))
-    start = time.perf_counter()
     eps = PLDBound().epsilon(plan, 1e-6)
-    elapsed = time.perf_counter() - start
-    assert math.isfinite(eps) and elapsed < 3.0  # about 0.5 s on an idle 2-core machine
+    assert math.isfinite(eps)

@@ -9,8 +9,9 @@ most ALPHA = 1e-3 (seeds are fixed, so runs are reproducible).
 
 Negative controls: deliberately broken variants (AboveThreshold without
 threshold noise, the exponential mechanism with half the sensitivity, the
-Gaussian mechanism with too small a sigma) claim the event of the correct
-mechanism; the same harness must find an epsilon above that claim.
+Gaussian mechanism with too small a sigma, Gaussian thresholding whose cutoff
+forgets a unit's own contribution) claim the event of the correct
+mechanism; the same harness must find an epsilon (or delta) above that claim.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from accounting.bounds.basic import basic_totals
 from accounting.composition import Composition
 from pipelines import mechanisms
 from pipelines.noise import SecureRandom
-from tests.falsification.harness import audit, audit_outcome
+from tests.falsification.harness import audit, audit_outcome, clopper_pearson_lower
 
 ALPHA = 1e-3
 NONE = -math.inf
@@ -119,6 +120,54 @@ def test_truncated_gaussian():
     indices, _ = mechanisms.truncated_gaussian(np.full(100_000, tau, dtype=np.int64), sigma, tau, rng,
                                                delta=delta_trunc).value
     assert indices.size == 0
+
+
+def threshold_sampler(sigma: float, tau: int, selection_delta: float, seed: int, offset: int = 0):
+    """n one-partition Gaussian-thresholding releases (NONE when not released); `offset` breaks the cutoff."""
+    rng = SecureRandom(seed)
+
+    def sample(value, n):
+        counts = np.full(n, value + offset, dtype=np.int64)
+        indices, values = mechanisms.gaussian_threshold(counts, sigma, tau, rng, delta=selection_delta).value
+        out = np.full(n, NONE)
+        out[indices] = values - offset
+        return out
+
+    return sample
+
+
+def test_gaussian_threshold_shared_partition():
+    sigma, tau, selection_delta = 2.0, 1, 1e-4
+    probe = mechanisms.gaussian_threshold(np.zeros(1, dtype=np.int64), sigma, tau, SecureRandom(0), delta=selection_delta)
+    count = int(round(probe.parameters["cutoff"]))  # worst case: releases hinge on the unit's contribution
+    delta = 1e-3
+    result = audit(threshold_sampler(sigma, tau, selection_delta, 105), count - tau, count,
+                   n_search=20_000, n_estimate=200_000, delta=delta, alpha=ALPHA)
+    check(result, approx_claim(probe.event, delta))
+
+
+def threshold_event(sigma: float, tau: int, selection_delta: float):
+    return mechanisms.gaussian_threshold(np.zeros(1, dtype=np.int64), sigma, tau, SecureRandom(0),
+                                         delta=selection_delta).event
+
+
+def own_partition_release_rate(sample, tau: int, n: int) -> float:
+    """A (1 - ALPHA) lower confidence bound on how often a unit's own partition (sum tau, absent without it) appears."""
+    released = int(np.count_nonzero(sample(tau, n) != NONE))
+    return clopper_pearson_lower(released, n, ALPHA)
+
+
+def test_gaussian_threshold_own_partition_appears_at_most_delta():
+    sigma, tau, selection_delta = 2.0, 3, 0.02
+    claim = Accountant().compose(threshold_event(sigma, tau, selection_delta)).delta(math.inf)
+    assert claim == pytest.approx(selection_delta, rel=1e-12)  # the event's delta at eps = infinity
+    assert own_partition_release_rate(threshold_sampler(sigma, tau, selection_delta, 106), tau, 200_000) <= claim
+
+
+def test_flags_gaussian_threshold_without_the_unit_offset():
+    sigma, tau, selection_delta = 2.0, 3, 0.02
+    broken = threshold_sampler(sigma, tau, selection_delta, 114, offset=tau)  # cutoff no longer covers tau
+    assert own_partition_release_rate(broken, tau, 200_000) > selection_delta
 
 
 # ---- selections (one mechanism call per output) ----
