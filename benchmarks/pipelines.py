@@ -12,20 +12,26 @@ Reported: median seconds, and dpstream / PipelineDP and dpstream / plain-Beam ti
 
 Part 2, accuracy over a set of releases sharing one (epsilon, delta): a count
 histogram per day with Gaussian noise, one with Laplace noise (both on the
-public destinations), and one over unknown partitions (dpstream: truncated
-Gaussian selection, Cesar–Rogers Algorithm 2; PipelineDP: its Gaussian
-thresholding partition selection plus Gaussian noise). PipelineDP runs the
-three aggregations in one DPEngine with one PLDBudgetAccountant, which
-composes them by privacy loss distributions; dpstream plans them with
-`plan_job`. Bounds: at most 5 destinations per aircraft-day (no aircraft flies
-to more in one day, so no partition is ever dropped) and 2 departures per
-destination, so the true bounded counts are the same deterministic table for
-both systems: sum over aircraft-days of min(departures, 2). Two units:
+public destinations), and one over unknown partitions (dpstream: Gaussian
+thresholding, one noisy count per partition serving both selection and value;
+PipelineDP: its Gaussian-thresholding partition selection plus separate
+Gaussian noise for the count). PipelineDP runs the three aggregations in one
+DPEngine with one PLDBudgetAccountant, which composes them by privacy loss
+distributions; dpstream plans them with `plan_job`. Bounds: at most 5
+destinations per aircraft-day (no aircraft flies to more in one day, so no
+partition is ever dropped) and 2 departures per destination, so the true
+bounded counts are the same deterministic table for both systems: sum over
+aircraft-days of min(departures, 2). Units:
 - aircraft-day (`unit_period` 1 day): PipelineDP privacy id (tailnum, day);
 - aircraft over the year: dpstream bounds per day and composes the 365
   windows; PipelineDP bounds per aircraft over the year with
   max_partitions_contributed = 5 x 365 (the same L2 sensitivity as 365
   windows of sqrt(5) x 2) and max_contributions_per_partition = 2.
+Scenarios: aircraft-day at epsilon 1 and 8 (8: enough for unknown partitions
+to appear), aircraft-year at epsilon 1; delta 1e-6 throughout. dpstream runs
+twice: with its default weights (equal zCDP shares) and with the weights at
+which its three noise levels stand in PipelineDP's ratios (`matched_weights`),
+so the second run answers "same budget split, less noise?" release by release.
 RMSE per release is over all (day, dest) cells (unknown partitions: the cells
 with a departure or a released value; a missing cell counts 0) against the
 bounded and against the raw counts.
@@ -34,16 +40,19 @@ Part 3, scaling: synthetic events (100k users, 100 partitions, 30 daily
 windows) generated inside the pipeline, one Gaussian histogram, DirectRunner
 in multi-processing mode with 2 workers; seconds per million events.
 
-Usage: .venv/bin/python -m benchmarks.pipelines [--quick] [--output benchmarks/results/pipelines.json]
+Usage: .venv/bin/python -m benchmarks.pipelines [--quick] [--parts speed,accuracy,scaling]
+       [--output benchmarks/results/pipelines.json]
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import glob
 import json
 import math
 import os
 import platform
+import sys
 import tempfile
 import time
 
@@ -63,8 +72,14 @@ YEAR_START = 1356998400  # 2013-01-01T00:00:00Z
 DEMO_BOUNDS = ContributionBounds(max_partitions=2, max_contributions=1)  # examples/flights.toml
 DEMO_EPSILON = 2.0
 ACCURACY_BOUNDS = ContributionBounds(max_partitions=5, max_contributions=2)
-EPSILON, DELTA = 1.0, 1e-6
+DELTA = 1e-6
+SCALING_EPSILON = 1.0
 ACCURACY_RELEASES = ("gaussian", "laplace", "unknown")
+ACCURACY_SCENARIOS = (  # (label, unit period, epsilon)
+    ("aircraft-day, epsilon 1", DAY, 1.0),
+    ("aircraft-year, epsilon 1", None, 1.0),
+    ("aircraft-day, epsilon 8", DAY, 8.0),
+)
 
 
 def flights_table(directory: str) -> dict:
@@ -186,39 +201,71 @@ def accuracy(cells: dict, truth: dict, domain) -> float:
     return float(np.sqrt(np.mean(np.square(errors))))
 
 
-def accuracy_benchmark(data: dict, directory: str) -> dict:
-    """The three releases under both privacy units, dpstream and PipelineDP, RMSE against bounded and raw counts."""
+def matched_weights(releases, noise_stddev: dict, bounds: ContributionBounds) -> tuple[ReleaseSpec, ...]:
+    """The releases with weights (zCDP shares, accounting.calibrate) at which dpstream's noise is PipelineDP's up to one factor.
+
+    A release's weight is its zCDP cost per window at PipelineDP's standard
+    deviation: (L1 / b)^2 / 2 for Laplace (b = stddev / sqrt 2), (L2 / sigma)^2 / 2
+    otherwise; every release runs once per window, so the window count cancels.
+    Calibration scales all shares by one factor, so dpstream then splits the
+    budget exactly as PipelineDP did and any gain shows in every release at once.
+    """
+    def cost(spec: ReleaseSpec) -> float:
+        stddev = noise_stddev[spec.name]
+        if spec.noise == "laplace" and spec.partitions is not None:
+            return (bounds.l1 * math.sqrt(2.0) / stddev) ** 2 / 2
+        return (bounds.l2 / stddev) ** 2 / 2
+
+    largest = max(cost(spec) for spec in releases)
+    return tuple(dataclasses.replace(spec, weight=cost(spec) / largest) for spec in releases)
+
+
+def _release_rows(data: dict, cells: dict, noise: dict, known: bool, name: str) -> dict:
+    released = cells[name]
+    domain = data["known_domain"] if known else sorted(set(data["raw"]) | set(released))
+    row = {"noise_stddev": noise[name],
+           "rmse_vs_bounded": accuracy(released, data["bounded"], domain),
+           "rmse_vs_raw": accuracy(released, data["raw"], domain),
+           "cells_released": len(released)}
+    if not known:
+        row["departures_in_released_cells"] = int(sum(data["raw"].get(c, 0) for c in released))
+    return row
+
+
+def accuracy_benchmark(data: dict, directory: str, scenarios=ACCURACY_SCENARIOS) -> dict:
+    """The three releases per scenario: PipelineDP, dpstream at default weights and at PipelineDP's budget split.
+
+    RMSE against the bounded and the raw counts; ratios dpstream / PipelineDP.
+    """
     partitions = data["partitions"]
     releases = (ReleaseSpec("gaussian", "histogram", noise="gaussian", partitions=partitions),
                 ReleaseSpec("laplace", "histogram", noise="laplace", partitions=partitions),
                 ReleaseSpec("unknown", "histogram"))
     kinds = {"gaussian": ("gaussian", True), "laplace": ("laplace", True), "unknown": ("gaussian", False)}
-    known_domain = [(day, dest) for day in range(data["window"].count) for dest in partitions]
+    data = {**data, "known_domain": [(day, dest) for day in range(data["window"].count) for dest in partitions]}
     results = {}
-    for unit, unit_period in (("aircraft-day", DAY), ("aircraft-year", None)):
-        runs = {"dpstream": dpstream_releases(data, releases, ACCURACY_BOUNDS, EPSILON, unit_period, directory),
-                "pipelinedp": pipelinedp_releases(data, kinds, ACCURACY_BOUNDS, EPSILON, unit_period, directory)}
-        entry = {"seconds": {system: run[0] for system, run in runs.items()}, "releases": {}}
+    for label, unit_period, epsilon in scenarios:
+        pipelinedp = pipelinedp_releases(data, kinds, ACCURACY_BOUNDS, epsilon, unit_period, directory)
+        matched = matched_weights(releases, pipelinedp[2], ACCURACY_BOUNDS)
+        runs = {"pipelinedp": pipelinedp,
+                "dpstream": dpstream_releases(data, releases, ACCURACY_BOUNDS, epsilon, unit_period, directory),
+                "dpstream_matched": dpstream_releases(data, matched, ACCURACY_BOUNDS, epsilon, unit_period, directory)}
+        entry = {"unit": "aircraft-day" if unit_period else "aircraft over 365 days", "epsilon": epsilon,
+                 "seconds": {system: run[0] for system, run in runs.items()},
+                 "matched_weights": {spec.name: spec.weight for spec in matched}, "releases": {}}
         for name in ACCURACY_RELEASES:
-            row = {}
-            for system, (_, cells, noise) in runs.items():
-                released = cells[name]
-                domain = known_domain if kinds[name][1] else sorted(set(data["raw"]) | set(released))
-                row[system] = {"noise_stddev": noise[name],
-                               "rmse_vs_bounded": accuracy(released, data["bounded"], domain),
-                               "rmse_vs_raw": accuracy(released, data["raw"], domain),
-                               "cells_released": len(released)}
-                if not kinds[name][1]:
-                    row[system]["departures_in_released_cells"] = int(sum(data["raw"].get(c, 0) for c in released))
-            row["rmse_vs_bounded_ratio_dpstream_to_pipelinedp"] = (
-                row["dpstream"]["rmse_vs_bounded"] / row["pipelinedp"]["rmse_vs_bounded"])
+            row = {system: _release_rows(data, cells, noise, kinds[name][1], name)
+                   for system, (_, cells, noise) in runs.items()}
+            for system in ("dpstream", "dpstream_matched"):
+                row[f"rmse_vs_bounded_ratio_{system}_to_pipelinedp"] = (
+                    row[system]["rmse_vs_bounded"] / row["pipelinedp"]["rmse_vs_bounded"])
             entry["releases"][name] = row
-        results[unit] = entry
-    return {"epsilon": EPSILON, "delta": DELTA,
+        results[label] = entry
+    return {"delta": DELTA,
             "bounds": {"max_partitions_per_day": ACCURACY_BOUNDS.max_partitions,
                        "max_contributions": ACCURACY_BOUNDS.max_contributions},
             "raw_departures": data["events"], "bounded_departures": int(sum(data["bounded"].values())),
-            "units": results}
+            "scenarios": results}
 
 
 def speed_benchmark(data: dict, repeats: int, directory: str) -> dict:
@@ -294,7 +341,7 @@ def scaling_benchmark(sizes, workers: int, directory: str, batch_rows: int = 1 <
     bounds = ContributionBounds(max_partitions=3, max_contributions=2)
     window = WindowSpec(size=DAY, start=YEAR_START, end=YEAR_START + days * DAY)
     release = ReleaseSpec("histogram", "histogram", partitions=tuple(f"p{i}" for i in range(partitions)))
-    plan = plan_job((release,), bounds, window, EPSILON, DELTA)
+    plan = plan_job((release,), bounds, window, SCALING_EPSILON, DELTA)
     options = PipelineOptions(direct_running_mode="multi_processing", direct_num_workers=workers)
     results = []
     for size in sizes:
@@ -316,28 +363,46 @@ def scaling_benchmark(sizes, workers: int, directory: str, batch_rows: int = 1 <
     return results
 
 
+def _scaling_part(args, data, directory) -> dict:
+    sizes = [100_000, 300_000, 1_000_000] if args.quick else [1_000_000, 3_000_000, 10_000_000]
+    scaling = scaling_benchmark(sizes, args.workers, directory)
+    per_million = {run["events"]: run["seconds_per_million"] for run in scaling}
+    return {"runs": scaling,
+            "seconds_per_million": {f"{size:.0e}": value for size, value in per_million.items()},
+            "per_million_ratio_largest_to_smallest": scaling[-1]["seconds_per_million"] / scaling[0]["seconds_per_million"]}
+
+
+PARTS = {  # name -> (JSON key, runner)
+    "speed": ("speed_demo_histogram", lambda args, data, directory: speed_benchmark(data, 1 if args.quick else 3, directory)),
+    "accuracy": ("accuracy_release_set", lambda args, data, directory: accuracy_benchmark(data, directory)),
+    "scaling": ("scaling", _scaling_part),
+}
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one repeat and scaling sizes 1e5..1e6")
     parser.add_argument("--output", default="benchmarks/results/pipelines.json")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--parts", default=",".join(PARTS),
+                        help=f"comma-separated subset of {','.join(PARTS)}; the others are kept from --output if it exists")
     args = parser.parse_args(argv)
-    sizes = [100_000, 300_000, 1_000_000] if args.quick else [1_000_000, 3_000_000, 10_000_000]
+    parts = [part.strip() for part in args.parts.split(",") if part.strip()]
+    unknown = sorted(set(parts) - set(PARTS))
+    if unknown:
+        parser.error(f"unknown parts {unknown}; choose from {list(PARTS)}")
+    result = {}
+    if set(parts) != set(PARTS) and os.path.exists(args.output):
+        with open(args.output) as handle:
+            result = json.load(handle)
+    result.update({"machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "beam": beam.__version__},
+                   "quick": args.quick})
     with tempfile.TemporaryDirectory(prefix="dpstream-bench-") as directory:
-        data = flights_table(directory)
-        accuracy_part = accuracy_benchmark(data, directory)
-        speed = speed_benchmark(data, 1 if args.quick else 3, directory)
-        scaling = scaling_benchmark(sizes, args.workers, directory)
-    per_million = {run["events"]: run["seconds_per_million"] for run in scaling}
-    result = {
-        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "beam": beam.__version__},
-        "quick": args.quick,
-        "speed_demo_histogram": speed,
-        "accuracy_release_set": accuracy_part,
-        "scaling": {"runs": scaling,
-                    "seconds_per_million": {f"{size:.0e}": value for size, value in per_million.items()},
-                    "per_million_ratio_largest_to_smallest": scaling[-1]["seconds_per_million"] / scaling[0]["seconds_per_million"]},
-    }
+        data = flights_table(directory) if {"accuracy", "speed"} & set(parts) else None
+        for part in parts:
+            print(f"benchmarks.pipelines: {part} ...", file=sys.stderr, flush=True)
+            key, run = PARTS[part]
+            result[key] = run(args, data, directory)
     os.makedirs(os.path.dirname(args.output) or ".", exist_ok=True)
     with open(args.output, "w") as handle:
         json.dump(result, handle, indent=2)

@@ -3,12 +3,12 @@
 Known partitions (a public list): every listed partition appears in every
 window, zero or not, with discrete Laplace noise (L1 sensitivity) or discrete
 Gaussian noise (L2 sensitivity); `mechanisms.laplace` / `mechanisms.gaussian`.
-Unknown partitions: Cesar–Rogers Algorithm 2 (`mechanisms.truncated_gaussian`):
-only partitions whose truncated-Gaussian noisy sum clears threshold +
-truncation appear, with that noisy sum.
+Unknown partitions: only privately selected partitions appear, with their
+noisy sum: Gaussian thresholding (`mechanisms.gaussian_threshold`, the
+default) or Cesar–Rogers Algorithm 2 (`mechanisms.truncated_gaussian`).
 
 Privacy: per window, the event planned by `planning.plan_job` (Laplace,
-Gaussian, or delta-approximate zCDP); the run's event is never above it (the
+Gaussian, GaussianThreshold or delta-approximate zCDP); the run's event is never above it (the
 planner sized the noise for grid rounding). Windows compose in the plan.
 Proof: the mechanisms' docstrings; sensitivities from `BoundContributions`.
 Caller must ensure: the partition list is public; `seed` only in tests.
@@ -29,9 +29,10 @@ from pipelines.windowing import release_rng, window_bounds_iso
 
 def histogram_release(plan: HistogramPlan, sums, rng) -> tuple[list[str], mechanisms.Release]:
     """(partitions released, mechanism release) for one window's bounded sums (a pandas Series by partition)."""
-    if plan.mechanism == "truncated_gaussian":
+    if plan.selects:
         observed = [str(p) for p in sums.index]
-        release = mechanisms.truncated_gaussian(
+        select = getattr(mechanisms, plan.mechanism)
+        release = select(
             sums.to_numpy(), plan.noise, plan.sensitivity, rng,
             delta=plan.selection_delta, max_partitions=plan.max_partitions,
         )
@@ -53,7 +54,7 @@ class _HistogramMechanism(beam.DoFn):
     def process(self, element):
         index, sums = element
         partitions, release = histogram_release(self._plan, sums, release_rng(self._seed, self._plan.name, index))
-        values = release.value[1] if self._plan.mechanism == "truncated_gaussian" else release.value
+        values = release.value[1] if self._plan.selects else release.value
         start, end = window_bounds_iso(self._window, index)
         stddev = self._plan.noise_stddev
         for partition, value in zip(partitions, np.asarray(values, dtype=float)):

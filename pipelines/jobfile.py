@@ -21,7 +21,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from connectors import readers, writers
 from pipelines.spec import (
-    NOISE_KINDS, RELEASE_KINDS, SVT_METHODS, SVT_METRICS, ContributionBounds, ReleaseSpec, SpecError, WindowSpec,
+    NOISE_KINDS, RELEASE_KINDS, SELECTION_KINDS, SVT_METHODS, SVT_METRICS, ContributionBounds, ReleaseSpec, SpecError, WindowSpec,
 )
 
 FILE_INPUT_KEYS = ("format", "path", "user", "timestamp", "partition", "value", "timestamp_format", "timezone", "partitions")
@@ -37,7 +37,7 @@ SECTIONS = {
         "scope", "epsilon", "delta", "ledger", "max_partitions", "max_contributions", "min_value", "max_value",
         "unit_period",
     ),
-    "release": ("kind", "name", "weight", "noise", "partitions", "k", "period", "counts", "maximum", "threshold",
+    "release": ("kind", "name", "weight", "noise", "selection", "partitions", "k", "period", "counts", "maximum", "threshold",
                 "sigma_threshold", "sigma_query", "metric", "method", "persist_threshold"),
     "output": ("path", "format"),
     "beam": ("runner", "seed"),
@@ -249,6 +249,9 @@ def _releases(check: "_Checker", entries: Any, shared: tuple[str, ...] | None) -
             check.fail(f"{where}.period is required for a peak release (e.g. \"30d\")")
         if kind == "peak" and (maximum is None or not maximum > 0):
             check.fail(f"{where}.maximum is required for a peak release: a positive public upper bound of a window total, got {maximum!r}")
+        if "selection" in entry and not (kind == "histogram" and partitions is None):
+            check.fail(f"{where}.selection applies to histogram releases over unknown partitions (no partitions list), "
+                       f"got it on a {kind} release{' with partitions' if partitions is not None else ''}")
         counts = entry.get("counts", False)
         if not isinstance(counts, bool):
             check.fail(f"{where}.counts must be true or false, got {counts!r}")
@@ -263,6 +266,7 @@ def _releases(check: "_Checker", entries: Any, shared: tuple[str, ...] | None) -
                 kind=kind,
                 weight=weight,
                 noise=check.choice(entry, where, "noise", NOISE_KINDS, default="gaussian"),
+                selection=check.choice(entry, where, "selection", SELECTION_KINDS, default="gaussian"),
                 partitions=partitions,
                 k=k,
                 period=period,

@@ -10,8 +10,8 @@ Neighbouring relation throughout: add or remove all records of one privacy
 unit; the caller states how far that moves the input (`sensitivity`, and the
 number of coordinates it can change, `max_partitions`).
 
-Mechanisms that release noisy *values* (laplace, gaussian, truncated_gaussian,
-count_mle) add integer noise on a power-of-two grid (`pipelines.noise`), so
+Mechanisms that release noisy *values* (laplace, gaussian, gaussian_threshold,
+truncated_gaussian, count_mle) add integer noise on a power-of-two grid (`pipelines.noise`), so
 the released numbers are exact multiples of the grid step. Mechanisms that
 release only *indices* (exponential_top_k, report_noisy_max, above_threshold
 and their Laplace baselines) use continuous noise from the same CSPRNG: the
@@ -26,10 +26,10 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 import numpy as np
-from scipy.special import log_ndtr
+from scipy.special import log_ndtr, ndtri
 
 from accounting import selection
-from accounting.events import BoundedRange, Event, Gaussian, Laplace, PureDP, SelfComposed, ZCDP
+from accounting.events import BoundedRange, Event, Gaussian, GaussianThreshold, Laplace, PureDP, SelfComposed, ZCDP
 from accounting.numerics import epsilon_from_delta_curve, expanding_upper, log_sub_exp
 from pipelines.noise import SecureRandom, granularity, grid_sensitivity, to_grid
 
@@ -160,6 +160,75 @@ def gaussian(values, sigma: float, rng: SecureRandom, *, sensitivity: float = 1.
     return _release(owner, noisy, Gaussian(sigma, effective), sigma=sigma, granularity=step, sensitivity=effective)
 
 
+def _check_delta(owner: str, delta: float) -> float:
+    if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0 < delta < 1:
+        raise ValueError(f"{owner}: delta must lie in (0, 1), got {delta!r}")
+    return float(delta)
+
+
+def selection_margin(sigma_units: float, max_partitions: int, delta: float) -> int:
+    """m (grid units) such that max_partitions independent draws of N_Z(0, sigma_units^2) all stay <= m w.p. >= 1 - delta.
+
+    Each draw must exceed m with probability at most p1 = 1 - (1 - delta)^(1 / max_partitions)
+    (computed, then lowered by a few ulps). For the discrete Gaussian,
+    Pr[X >= m + 1] <= Phi_bar(m / s): the mass above m + 1 is at most the
+    integral of exp(-x^2 / 2s^2) over [m, inf), and the normaliser is at least
+    sqrt(2 pi) s (Poisson summation). So m = ceil(s z) with Phi_bar(z) <= p1.
+    """
+    p1 = -math.expm1(math.log1p(-delta) / max_partitions)
+    for _ in range(4):  # the log1p, division and expm1 roundings
+        p1 = math.nextafter(p1, 0.0)
+    target = math.log(p1)
+    z = -float(ndtri(p1))
+    while float(log_ndtr(-z)) > target - 1e-12 * abs(target):
+        z = math.nextafter(z, math.inf) * (1.0 + 1e-15)
+    return math.ceil(sigma_units * z * (1.0 + 1e-12))
+
+
+def gaussian_threshold(
+    counts, sigma: float, threshold: float, rng: SecureRandom, *, delta: float, max_partitions: int = 1
+) -> Release:
+    """Gaussian thresholding: discrete Gaussian noise on every observed sum; only those above a cutoff are released.
+
+    For partitions not known in advance. Returns (indices into `counts`, noisy
+    sums) of the partitions whose noisy sum exceeds cutoff = tau + m * step,
+    where tau is `threshold` (the largest |sum| one privacy unit can give a
+    partition alone) and m = `selection_margin`, so that a privacy unit's own
+    partitions, at most `max_partitions` of them, appear with probability at most
+    `delta` all together. Noisy sums are unbiased (no truncation), unlike
+    `truncated_gaussian`.
+    Privacy: one privacy unit changes at most `max_partitions` sums (L0), each by
+    at most `threshold` (Linf). Event `GaussianThreshold(sigma, sqrt(L0) tau_g, delta)`:
+    on partitions both neighbours hold it is the Gaussian mechanism (L2
+    sensitivity sqrt(L0) tau_g), and the partitions only one holds appear with
+    probability <= delta, independently; this gives the event's dominating
+    pair (Wilkins–Kifer–Zhang–Karrer 2023 analyse the same mechanism exactly).
+    Proof: docs/proofs/events.GaussianThreshold.md.
+    Checks: sigma, threshold positive; delta in (0, 1); counts finite 1-d.
+    Caller must ensure: contribution bounding gives the stated L0 and Linf bounds.
+    Numerics: hardened (grid); the cutoff is rounded up (see `selection_margin`).
+    Runtime: O(n).
+    """
+    owner = "gaussian_threshold"
+    sigma = _positive(owner, "sigma", sigma)
+    threshold = _positive(owner, "threshold", threshold)
+    partitions = _count(owner, "max_partitions", max_partitions)
+    delta = _check_delta(owner, delta)
+    array = _vector(owner, "counts", counts, minimum=0)
+    rng = _rng(owner, rng)
+    step = granularity(sigma)
+    units, exact = to_grid(array, step)
+    tau = grid_sensitivity(threshold, step, exact, changed=1, norm=1)
+    sensitivity = grid_sensitivity(math.sqrt(partitions) * threshold, step, exact, changed=partitions, norm=2)
+    cutoff = tau + selection_margin(sigma / step, partitions, delta) * step
+    noisy = (units + rng.discrete_gaussian(sigma / step, array.size)) * step
+    kept = np.flatnonzero(noisy > cutoff)
+    return _release(
+        owner, (kept, noisy[kept]), GaussianThreshold(sigma, sensitivity, delta),
+        sigma=sigma, threshold=tau, cutoff=cutoff, granularity=step, sensitivity=sensitivity,
+    )
+
+
 def truncation_level(sigma: float, threshold: float, max_partitions: int, delta: float) -> float:
     """T of Cesar–Rogers eq. (10): the smallest T with max_partitions * Pr[outside overlap] <= delta, rounded up.
 
@@ -174,8 +243,7 @@ def truncation_level(sigma: float, threshold: float, max_partitions: int, delta:
     sigma = _positive(owner, "sigma", sigma)
     tau = _positive(owner, "threshold", threshold)
     partitions = _count(owner, "max_partitions", max_partitions)
-    if not (isinstance(delta, (int, float)) and 0 < delta < 1):
-        raise ValueError(f"{owner}: delta must lie in (0, 1), got {delta!r}")
+    delta = _check_delta(owner, delta)
     target = math.log(delta / partitions)
 
     def log_failure(level: float) -> float:

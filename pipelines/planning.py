@@ -10,10 +10,15 @@ compute an epsilon.
 What each release costs (events of one run; `runs` of them are composed):
 - histogram, known partitions, Laplace: `Laplace(scale, L1)` once per window;
 - histogram, known partitions, Gaussian: `Gaussian(sigma, L2)` once per window;
-- histogram, unknown partitions: `ZCDP(rho, delta_selection)` once per window,
-  rho = L0 Linf^2 / (2 sigma^2) (Cesar–Rogers Lemma 6.4); the delta of the
-  truncation is fixed by the planner (half of the job's delta, shared evenly
-  over every selection run), the rho part is calibrated;
+- histogram, unknown partitions, selection "gaussian" (the default):
+  `GaussianThreshold(sigma, L2, delta_selection)` once per window (Gaussian
+  thresholding: a Gaussian on the partitions both neighbours hold, a unit's own
+  partitions released with probability <= delta_selection), which the PLD
+  bound composes with every other release; selection "truncated":
+  `ZCDP(rho, delta_selection)` once per window, rho = L0 Linf^2 / (2 sigma^2)
+  (Cesar–Rogers Lemma 6.4), composed by zCDP/RDP only. In both, delta_selection
+  is fixed by the planner (SELECTION_DELTA_SHARE of the job's delta, shared
+  evenly over every selection run) and sigma is calibrated;
 - top-k: `BoundedRange(epsilon)` k times per window (Dong–Durfee–Rogers
   Prop 2; score range = Linf for counts, 2 Linf when values may be negative),
   plus `Gaussian(sigma, Linf sqrt(min(k, L0)))` per window when counts are asked for;
@@ -49,12 +54,15 @@ from typing import Union
 
 from accounting.accountant import Accountant
 from accounting.calibrate import CalibratedPlan, Release, calibrate
-from accounting.events import ZCDP, ApproxDP, Event, Laplace, PureDP, SelfComposed
+from accounting.events import ZCDP, ApproxDP, Event, GaussianThreshold, Laplace, PureDP, SelfComposed
 from accounting.numerics import epsilon_from_delta_curve, expanding_upper
 from accounting.selection import report_noisy_max_epsilon
 from pipelines.monitor import SparseVectorMonitor
 from pipelines.noise import granularity, grid_sensitivity
 from pipelines.spec import ContributionBounds, ReleaseSpec, SpecError, WindowSpec
+
+SELECTION_MECHANISMS = {"gaussian": "gaussian_threshold", "truncated": "truncated_gaussian"}
+"""Job-file `selection` value -> mechanism for histograms over unknown partitions."""
 
 SELECTION_DELTA_SHARE = 0.5
 """Share of the job's delta reserved for the truncation events of unknown-partition histograms."""
@@ -70,18 +78,23 @@ class PlanningError(ValueError):
 
 @dataclass(frozen=True)
 class _SelectionRelease(Release):
-    """A calibration entry whose run is delta-approximate rho-zCDP (truncated-Gaussian selection).
+    """A calibration entry for partition selection: Gaussian thresholding or truncated Gaussian.
 
-    `sensitivity` is sqrt(L0) * tau, so rho of a run = sensitivity^2 / (2 sigma^2)
-    exactly as for a Gaussian of that L2 sensitivity; the run's event keeps the
-    fixed truncation delta (Cesar–Rogers Lemma 6.4), so the accountant composes
-    it as approximate zCDP, never as an exact Gaussian.
+    `sensitivity` is the L2 sensitivity sqrt(L0) * tau, so a run's rho =
+    sensitivity^2 / (2 sigma^2) as for a Gaussian of that sensitivity; the run's
+    event keeps the fixed selection delta: `GaussianThreshold` (its dominating
+    pair, composed by the PLD bound) or, truncated, `ZCDP(rho, delta)`
+    (Cesar–Rogers Lemma 6.4, approximate zCDP).
     """
 
     selection_delta: float = 0.0
+    truncated: bool = False
 
     def event(self, rho_share: float) -> Event:
-        return ZCDP(rho=rho_share / self.count, delta=self.selection_delta)
+        if self.truncated:
+            return ZCDP(rho=rho_share / self.count, delta=self.selection_delta)
+        return GaussianThreshold(sigma=self.sensitivity / math.sqrt(2.0 * rho_share / self.count),
+                                 sensitivity=self.sensitivity, delta=self.selection_delta)
 
 
 def integral_sums(bounds: ContributionBounds) -> bool:
@@ -122,8 +135,8 @@ def _stddev(mechanism: str, noise: float) -> float:
 class HistogramPlan:
     """A windowed histogram: one noisy value per partition and window.
 
-    mechanism: laplace or gaussian (known partitions) or truncated_gaussian (unknown);
-    noise: Laplace scale or Gaussian sigma; sensitivity: L1, L2, or tau = Linf (truncated_gaussian).
+    mechanism: laplace or gaussian (known partitions), gaussian_threshold or truncated_gaussian (unknown);
+    noise: Laplace scale or Gaussian sigma; sensitivity: L1, L2, or tau = Linf (the selection mechanisms).
     """
 
     spec: ReleaseSpec
@@ -143,7 +156,20 @@ class HistogramPlan:
     def noise_stddev(self) -> float:
         return _stddev(self.mechanism, self.noise)
 
+    @property
+    def selects(self) -> bool:
+        """True for unknown partitions: the mechanism chooses which partitions appear."""
+        return self.mechanism in SELECTION_MECHANISMS.values()
+
     def describe(self) -> str:
+        if self.mechanism == "gaussian_threshold":
+            return (
+                f"Histogram {self.name!r} over partitions not known in advance, one release per window ({self.runs} "
+                f"windows composed per privacy unit): each observed partition's bounded sum gets discrete Gaussian noise "
+                f"with sigma={self.noise:.6g}, and only partitions whose noisy value clears a cutoff appear, set so that "
+                f"one privacy unit's own partitions show with probability at most {self.selection_delta:.3g} "
+                f"(Gaussian thresholding; per window {self.event!r})."
+            )
         if self.mechanism == "truncated_gaussian":
             return (
                 f"Histogram {self.name!r} over partitions not known in advance, one release per window ({self.runs} "
@@ -404,7 +430,7 @@ def plan_job(
         where = f"release {spec.name!r}"
         if spec.kind == "histogram" and spec.partitions is None:
             entries.append(_SelectionRelease(spec.name, "gaussian", spec.weight, bounds.l2, windows,
-                                             selection_delta=selection_delta))
+                                             selection_delta=selection_delta, truncated=spec.selection == "truncated"))
         elif spec.kind == "histogram":
             sensitivity = bounds.l1 if spec.noise == "laplace" else bounds.l2
             entries.append(Release(spec.name, spec.noise, spec.weight, sensitivity, windows))
@@ -451,9 +477,12 @@ def plan_job(
             continue
         event = by_name[spec.name].event
         if spec.kind == "histogram" and spec.partitions is None:
-            sigma = bounds.linf * math.sqrt(bounds.max_partitions / (2.0 * event.rho))
-            sigma, tau = grid_noise(sigma, bounds.linf, integral, changed=1, norm=1)
-            planned.append(HistogramPlan(spec, "truncated_gaussian", windows, sigma, bounds.linf,
+            if isinstance(event, GaussianThreshold):
+                sigma, _ = grid_noise(event.sigma, event.sensitivity, integral, bounds.max_partitions, norm=2)
+            else:
+                sigma = bounds.linf * math.sqrt(bounds.max_partitions / (2.0 * event.rho))
+                sigma, _ = grid_noise(sigma, bounds.linf, integral, changed=1, norm=1)
+            planned.append(HistogramPlan(spec, SELECTION_MECHANISMS[spec.selection], windows, sigma, bounds.linf,
                                          bounds.max_partitions, event, selection_delta))
         elif spec.kind == "histogram":
             norm = 1 if spec.noise == "laplace" else 2

@@ -32,6 +32,7 @@ EVENT_SCHEMA = pa.schema(
 MICROS = 1_000_000
 RELEASE_KINDS = ("histogram", "topk", "peak", "svt")
 NOISE_KINDS = ("gaussian", "laplace")
+SELECTION_KINDS = ("gaussian", "truncated")  # unknown-partition histograms: Gaussian thresholding or truncated Gaussian
 SVT_METRICS = ("count", "sum", "share")
 SVT_METHODS = ("fsrc", "whitehouse", "laplace")  # pipelines.monitor.MONITOR_METHODS (kept Beam- and scipy-free here)
 
@@ -142,7 +143,9 @@ class ReleaseSpec:
     exponential mechanism), peak (per period, the window with the largest total, Gaussian
     report-noisy-max), svt (threshold alerts by a sparse-vector monitor, `pipelines.svt`).
     noise: gaussian or laplace (histogram); partitions: the public partition list, or None when the
-    partitions are unknown (then only privately selected partitions appear); k: list length for topk;
+    partitions are unknown (then only privately selected partitions appear); selection: how they are
+    selected, gaussian (Gaussian thresholding, the default) or truncated (Cesar–Rogers truncated
+    Gaussian, bounded noise but approximate-zCDP accounting); k: list length for topk;
     weight: relative share of the job's budget (see accounting.calibrate; an svt release's share is its
     monitor's whole budget, see planning.plan_job).
     svt: metric count (bounded records), sum (bounded values) or share (bounded records whose value is
@@ -156,6 +159,7 @@ class ReleaseSpec:
     kind: str
     weight: float = 1.0
     noise: str = "gaussian"
+    selection: str = "gaussian"
     partitions: tuple[str, ...] | None = None
     k: int | None = None
     period: float | None = None  # peak: seconds per period (e.g. a month of daily windows)
@@ -173,6 +177,8 @@ class ReleaseSpec:
         _require(bool(self.name) and isinstance(self.name, str), f"release.name must be a non-empty string, got {self.name!r}")
         _require(self.kind in RELEASE_KINDS, f"{where}: kind must be one of {list(RELEASE_KINDS)}, got {self.kind!r}")
         _require(self.noise in NOISE_KINDS, f"{where}: noise must be one of {list(NOISE_KINDS)}, got {self.noise!r}")
+        _require(self.selection in SELECTION_KINDS,
+                 f"{where}: selection must be one of {list(SELECTION_KINDS)}, got {self.selection!r}")
         _require(math.isfinite(self.weight) and self.weight > 0, f"{where}: weight must be a positive number, got {self.weight!r}")
         if self.kind == "topk":
             _require(isinstance(self.k, int) and not isinstance(self.k, bool) and self.k >= 1,

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from accounting.accountant import Accountant
-from accounting.events import ZCDP, Gaussian, Laplace, PureDP, SelfComposed
+from accounting.events import ZCDP, Gaussian, GaussianThreshold, Laplace, PureDP, SelfComposed
 from pipelines.histogram import histogram_release
 from pipelines.noise import SecureRandom
 from pipelines.peak import peak_release
@@ -23,6 +23,7 @@ RELEASES = (
     ReleaseSpec("laplace", "histogram", noise="laplace", partitions=LETTERS),
     ReleaseSpec("gaussian", "histogram", weight=2.0, partitions=LETTERS),
     ReleaseSpec("unknown", "histogram"),
+    ReleaseSpec("truncated", "histogram", selection="truncated"),
     ReleaseSpec("top", "topk", k=3, partitions=LETTERS, counts=True),
     ReleaseSpec("peak", "peak", period=7 * DAY, maximum=5000.0),
 )
@@ -39,8 +40,8 @@ def test_plan_meets_the_budget(bounds, epsilon, delta):
     assert accountant.epsilon(delta) <= epsilon
     assert plan.epsilon <= epsilon
     assert set(plan.describe()) == {r.name for r in RELEASES}
-    selection = plan["unknown"]
-    assert selection.selection_delta * selection.runs <= SELECTION_DELTA_SHARE * delta * (1 + 1e-12)
+    selections = (plan["unknown"], plan["truncated"])
+    assert sum(s.selection_delta * s.runs for s in selections) <= SELECTION_DELTA_SHARE * delta * (1 + 1e-12)
     assert plan["peak"].runs == 9 and plan["peak"].period_sizes[-1] == 4  # 60 days in weeks: 8 full weeks and 4 days
 
 
@@ -66,7 +67,11 @@ def test_run_events_never_exceed_planned_events(bounds):
             assert isinstance(event, Gaussian) and event.mu <= planned.event.mu
     planned = plan["unknown"]
     _, release = histogram_release(planned, sums, rng)
-    assert isinstance(release.event, ZCDP)
+    assert isinstance(release.event, GaussianThreshold) and planned.mechanism == "gaussian_threshold"
+    assert release.event.mu <= planned.event.mu and release.event.delta == planned.event.delta
+    planned = plan["truncated"]
+    _, release = histogram_release(planned, sums, rng)
+    assert isinstance(release.event, ZCDP) and planned.mechanism == "truncated_gaussian"
     assert release.event.rho <= planned.event.rho and release.event.delta == planned.event.delta
     planned = plan["top"]
     chosen, selection, counts = topk_release(planned, sums, rng)
@@ -88,7 +93,7 @@ def test_counting_plan_keeps_the_calibrated_noise():
 def test_more_budget_means_less_noise():
     bounds = ContributionBounds(max_partitions=2)
     small, large = (plan_job(RELEASES, bounds, WINDOW, e, 1e-6) for e in (0.5, 2.0))
-    for name in ("laplace", "gaussian", "unknown"):
+    for name in ("laplace", "gaussian", "unknown", "truncated"):
         assert large[name].noise < small[name].noise
     assert large["top"].epsilon > small["top"].epsilon and large["peak"].sigma < small["peak"].sigma
 
