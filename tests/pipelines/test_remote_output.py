@@ -1,19 +1,14 @@
 """Outputs through Beam's FileSystems: a whole run, releases, reports and a sealed svt state, written to a
 URL (a test filesystem with its own scheme, as gs:// is on Dataflow) gives the same files as a local run.
 Also: the streaming completion bookkeeping (window files, merge) and what max_seconds accepts."""
-import os
-import shutil
-
 import pytest
-from apache_beam.io.filesystem import FileMetadata, MatchResult
-from apache_beam.io.localfilesystem import LocalFileSystem
 
 from accounting.ledger import Ledger
 from pipelines import jobfile, runner, streaming
 from pipelines.planning import plan_job
+from tests.connectors.url_filesystem import SCHEME, url_root  # noqa: F401 (url_root is a fixture)
 from tests.pipelines.test_runner import JOB, _events
 
-SCHEME = "dpstest"
 SVT = """
 [[release]]
 kind = "svt"
@@ -24,66 +19,6 @@ threshold = 0.5
 sigma_threshold = 0.5
 """
 FILES = ("daily.jsonl", "top.jsonl", "busiest.jsonl", "alerts.jsonl", "report.json")
-
-
-class _UrlFileSystem(LocalFileSystem):
-    """dpstest://PATH stored under `root` on the local disk: a stand-in for gs:// that only FileSystems knows."""
-
-    root = None
-    disk = LocalFileSystem(None)
-
-    @classmethod
-    def scheme(cls):
-        return SCHEME
-
-    def _local(self, path):
-        if self.root is None or not path.startswith(f"{SCHEME}://"):
-            raise ValueError(f"not a {SCHEME} URL: {path!r}")
-        return os.path.join(self.root, path[len(SCHEME) + 3:])
-
-    def _url(self, local):
-        return f"{SCHEME}://" + os.path.relpath(local, self.root)
-
-    def join(self, base, *paths):
-        return "/".join([base.rstrip("/"), *paths])
-
-    def split(self, path):
-        head, _, tail = path.rstrip("/").rpartition("/")
-        return head, tail
-
-    def create(self, path, *args, **kwargs):
-        return self.disk.create(self._local(path), *args, **kwargs)
-
-    def open(self, path, *args, **kwargs):
-        return self.disk.open(self._local(path), *args, **kwargs)
-
-    def rename(self, sources, destinations):
-        self.disk.rename([self._local(s) for s in sources], [self._local(d) for d in destinations])
-
-    def exists(self, path):
-        return self.disk.exists(self._local(path))
-
-    def delete(self, paths):
-        """As on gs://, a path ending in / deletes everything under that prefix."""
-        for path in paths:
-            if path.endswith("/"):
-                shutil.rmtree(self._local(path))
-            else:
-                self.disk.delete([self._local(path)])
-
-    def match(self, patterns, limits=None):
-        results = self.disk.match([self._local(p) for p in patterns], limits)
-        return [MatchResult(pattern, [FileMetadata(self._url(m.path), m.size_in_bytes, m.last_updated_in_seconds)
-                                      for m in result.metadata_list])
-                for pattern, result in zip(patterns, results)]
-
-
-@pytest.fixture()
-def url_root(tmp_path, monkeypatch):
-    root = tmp_path / "bucket"
-    root.mkdir()
-    monkeypatch.setattr(_UrlFileSystem, "root", str(root))
-    return root
 
 
 def test_a_run_to_a_url_writes_what_a_local_run_writes(tmp_path, url_root):
