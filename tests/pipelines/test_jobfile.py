@@ -78,6 +78,10 @@ def test_defaults_and_relative_paths(tmp_path):
         ("[[release]]", "[output]\nformat = \"xml\"\n[[release]]", "output.format must be one of parquet, csv, jsonl, got 'xml'"),
         ("[[release]]", "[beam]\nseed = -1\n[[release]]", "beam.seed must be an integer >= 0, got -1"),
         ("[[release]]", "[extra]\n[[release]]", "unknown section [extra]"),
+        ("k = 1", 'k = 1\nselection = "truncated"',
+         "release.top_k.selection applies to histogram releases over unknown partitions (no partitions list), got it on a topk release"),
+        ("k = 1", 'k = 1\n[[release]]\nkind = "histogram"\nname = "h"\nselection = "truncated"',
+         "release.h.selection applies to histogram releases over unknown partitions (no partitions list), got it on a histogram release with partitions"),
     ],
 )
 def test_bad_values_name_file_and_key(tmp_path, old, new, message):
@@ -87,6 +91,14 @@ def test_bad_values_name_file_and_key(tmp_path, old, new, message):
     text = str(caught.value)
     assert text.startswith(str(tmp_path / "flights.toml") + ": ") and message in text
     assert "\n" not in text
+
+
+def test_selection_for_unknown_partitions(tmp_path):
+    text = BASE.replace('partitions = ["A", "B"]\n', "").replace('kind = "topk"\nname = "top_k"\nk = 1', 'kind = "histogram"\nname = "h"')
+    assert _load(tmp_path, text).releases[0].selection == "gaussian"
+    assert _load(tmp_path, text + 'selection = "truncated"\n').releases[0].selection == "truncated"
+    with pytest.raises(jobfile.JobFileError, match="release.h.selection must be one of gaussian, truncated, got 'laplace'"):
+        _load(tmp_path, text + 'selection = "laplace"\n')
 
 
 def test_unreadable_and_invalid_toml(tmp_path):
