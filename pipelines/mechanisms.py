@@ -101,6 +101,27 @@ def _changed(owner: str, max_partitions: int | None, size: int) -> int:
     return size if max_partitions is None else _count(owner, "max_partitions", max_partitions)
 
 
+def _grid_noise(
+    owner: str, values, parameter: float, rng: SecureRandom, sensitivity: float, max_partitions: int | None, norm: int
+) -> tuple[np.ndarray, float, float]:
+    """(noisy values, grid step, grid sensitivity) for `laplace` (norm=1) or `gaussian` (norm=2).
+
+    Rounds `values` to the power-of-two grid of `parameter` (the Laplace scale
+    or the Gaussian sigma), adds integer noise in grid units (discrete Laplace
+    for norm 1, discrete Gaussian for norm 2) and scales back. The grid
+    sensitivity is `sensitivity` in that norm after rounding
+    (`pipelines.noise.grid_sensitivity`).
+    """
+    sensitivity = _positive(owner, "sensitivity", sensitivity)
+    array = _vector(owner, "values", values)
+    rng = _rng(owner, rng)
+    step = granularity(parameter)
+    units, exact = to_grid(array, step)
+    effective = grid_sensitivity(sensitivity, step, exact, _changed(owner, max_partitions, array.size), norm=norm)
+    draw = rng.discrete_laplace if norm == 1 else rng.discrete_gaussian
+    return (units + draw(parameter / step, array.size)) * step, step, effective
+
+
 def laplace(values, scale: float, rng: SecureRandom, *, sensitivity: float = 1.0, max_partitions: int | None = None) -> Release:
     """Discrete Laplace noise of scale `scale` on a power-of-two grid, added to each value.
 
@@ -121,13 +142,7 @@ def laplace(values, scale: float, rng: SecureRandom, *, sensitivity: float = 1.0
     """
     owner = "laplace"
     scale = _positive(owner, "scale", scale)
-    sensitivity = _positive(owner, "sensitivity", sensitivity)
-    array = _vector(owner, "values", values)
-    rng = _rng(owner, rng)
-    step = granularity(scale)
-    units, exact = to_grid(array, step)
-    effective = grid_sensitivity(sensitivity, step, exact, _changed(owner, max_partitions, array.size), norm=1)
-    noisy = (units + rng.discrete_laplace(scale / step, array.size)) * step
+    noisy, step, effective = _grid_noise(owner, values, scale, rng, sensitivity, max_partitions, norm=1)
     return _release(owner, noisy, Laplace(scale, effective), scale=scale, granularity=step, sensitivity=effective)
 
 
@@ -150,13 +165,7 @@ def gaussian(values, sigma: float, rng: SecureRandom, *, sensitivity: float = 1.
     """
     owner = "gaussian"
     sigma = _positive(owner, "sigma", sigma)
-    sensitivity = _positive(owner, "sensitivity", sensitivity)
-    array = _vector(owner, "values", values)
-    rng = _rng(owner, rng)
-    step = granularity(sigma)
-    units, exact = to_grid(array, step)
-    effective = grid_sensitivity(sensitivity, step, exact, _changed(owner, max_partitions, array.size), norm=2)
-    noisy = (units + rng.discrete_gaussian(sigma / step, array.size)) * step
+    noisy, step, effective = _grid_noise(owner, values, sigma, rng, sensitivity, max_partitions, norm=2)
     return _release(owner, noisy, Gaussian(sigma, effective), sigma=sigma, granularity=step, sensitivity=effective)
 
 
