@@ -10,6 +10,7 @@ from __future__ import annotations
 import apache_beam as beam
 import pandas as pd
 
+from pipelines.bounding import BoundContributions
 from pipelines.spec import ContributionBounds, WindowSpec
 from pipelines.windowing import AttachWindowTimestamp, beam_windows
 
@@ -65,11 +66,12 @@ class PerWindowSums(beam.PTransform):
 
 
 class WindowedRelease(beam.PTransform):
-    """Base of the release transforms: record batches -> one release's dict rows, window by window.
+    """Base of the release transforms: record batches -> one release's output, window by window.
 
     Holds what every release needs and nothing else: its plan, the job's
     contribution bounds and windows, the test-mode seed (None in production)
-    and how many user shards bounding spreads over.
+    and how many user shards bounding spreads over. Every release starts from
+    `_window_sums`.
     """
 
     def __init__(self, plan, bounds: ContributionBounds, window: WindowSpec, seed: int | None = None, shards: int = 1):
@@ -79,3 +81,16 @@ class WindowedRelease(beam.PTransform):
         self._window = window
         self._seed = seed
         self._shards = shards
+
+    def _window_sums(self, batches, partitions: tuple[str, ...] | None, bounds: ContributionBounds | None = None):
+        """Record batches -> (window index, bounded per-partition sums) for every window of the public range.
+
+        Contributions are bounded by `bounds` (default: the job's) to
+        `partitions` (None: every partition seen), then summed per window.
+        """
+        return (
+            batches
+            | "Bound contributions" >> BoundContributions(self._bounds if bounds is None else bounds, self._window,
+                                                          partitions, self._seed, self._shards)
+            | "Sum per window" >> PerWindowSums(self._window)
+        )

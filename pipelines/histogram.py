@@ -20,8 +20,7 @@ import apache_beam as beam
 import numpy as np
 
 from pipelines import mechanisms
-from pipelines.aggregation import PerWindowSums, WindowedRelease
-from pipelines.bounding import BoundContributions
+from pipelines.aggregation import WindowedRelease
 from pipelines.planning import HistogramPlan
 from pipelines.spec import WindowSpec
 from pipelines.windowing import release_rng, window_bounds_iso
@@ -77,10 +76,5 @@ class PrivateHistogram(WindowedRelease):
                 "sensitivity": self._plan.sensitivity, "windows": self._plan.runs}
 
     def expand(self, batches):
-        return (
-            batches
-            | "Bound contributions" >> BoundContributions(self._bounds, self._window, self._plan.spec.partitions,
-                                                          self._seed, self._shards)
-            | "Sum per window" >> PerWindowSums(self._window)
-            | "Add noise" >> beam.ParDo(_HistogramMechanism(self._plan, self._window, self._seed))
-        )
+        sums = self._window_sums(batches, self._plan.spec.partitions)
+        return sums | "Add noise" >> beam.ParDo(_HistogramMechanism(self._plan, self._window, self._seed))

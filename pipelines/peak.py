@@ -21,8 +21,7 @@ import apache_beam as beam
 import numpy as np
 
 from pipelines import mechanisms
-from pipelines.aggregation import PerWindowSums, WindowedRelease
-from pipelines.bounding import BoundContributions
+from pipelines.aggregation import WindowedRelease
 from pipelines.planning import PeakPlan
 from pipelines.spec import WindowSpec
 from pipelines.windowing import beam_windows, iso, release_rng, window_bounds_iso, window_timestamp
@@ -83,9 +82,7 @@ class PeakWindow(WindowedRelease):
     def expand(self, batches):
         per_period = self._plan.windows_per_period
         return (
-            batches
-            | "Bound contributions" >> BoundContributions(self._bounds, self._window, None, self._seed, self._shards)
-            | "Sum per window" >> PerWindowSums(self._window)
+            self._window_sums(batches, None)
             | "Total per window" >> beam.ParDo(_ToPeriod(per_period, self._window))
             | "Window periods" >> beam.WindowInto(beam_windows(self._window, per_period))
             | "Group per period" >> beam.GroupByKey()

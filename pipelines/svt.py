@@ -54,8 +54,7 @@ from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateSpec, TimerSpec, on_timer
 from apache_beam.transforms.window import GlobalWindows
 
-from pipelines.aggregation import PerWindowSums
-from pipelines.bounding import BoundContributions
+from pipelines.aggregation import WindowedRelease
 from pipelines.monitor import SparseVectorMonitor
 from pipelines.planning import SvtPlan
 from pipelines.spec import EVENT_SCHEMA, ContributionBounds, WindowSpec
@@ -208,7 +207,7 @@ class _StreamingMonitor(beam.DoFn):
         monitor.write(run)
 
 
-class SparseVectorAlerts(beam.PTransform):
+class SparseVectorAlerts(WindowedRelease):
     """Record batches -> {"alerts": dict rows, "state": the sealed monitor state after this run's last window}.
 
     Steps: (share: mark positive records) -> bound contributions -> sum per
@@ -220,12 +219,7 @@ class SparseVectorAlerts(beam.PTransform):
 
     def __init__(self, plan: SvtPlan, bounds: ContributionBounds, window: WindowSpec, seed: int | None = None,
                  shards: int = 1, initial_state: Mapping[str, Any] | None = None):
-        super().__init__()
-        self._plan = plan
-        self._bounds = bounds
-        self._window = window
-        self._seed = seed
-        self._shards = shards
+        super().__init__(plan, bounds, window, seed, shards)
         self._initial = None if initial_state is None else dict(initial_state)
 
     def default_label(self) -> str:
@@ -243,10 +237,7 @@ class SparseVectorAlerts(beam.PTransform):
             batches = batches | "Mark positive records" >> beam.ParDo(_MarkPositive(partitions))
             partitions = None
         queries = (
-            batches
-            | "Bound contributions" >> BoundContributions(query_bounds(self._plan, self._bounds), self._window,
-                                                          partitions, self._seed, self._shards)
-            | "Sum per window" >> PerWindowSums(self._window)
+            self._window_sums(batches, partitions, query_bounds(self._plan, self._bounds))
             | "Normalised query" >> beam.Map(
                 lambda element, key=spec.name, metric=spec.metric, maximum=spec.maximum:
                 (key, (element[0], window_query(metric, maximum, element[1]))))

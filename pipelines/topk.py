@@ -17,8 +17,7 @@ from __future__ import annotations
 import apache_beam as beam
 
 from pipelines import mechanisms
-from pipelines.aggregation import PerWindowSums, WindowedRelease
-from pipelines.bounding import BoundContributions
+from pipelines.aggregation import WindowedRelease
 from pipelines.planning import TopKPlan
 from pipelines.spec import WindowSpec
 from pipelines.windowing import release_rng, window_bounds_iso
@@ -67,10 +66,5 @@ class PrivateTopK(WindowedRelease):
                 "score_range": self._plan.sensitivity, "windows": self._plan.runs}
 
     def expand(self, batches):
-        return (
-            batches
-            | "Bound contributions" >> BoundContributions(self._bounds, self._window, self._plan.spec.partitions,
-                                                          self._seed, self._shards)
-            | "Sum per window" >> PerWindowSums(self._window)
-            | "Select top k" >> beam.ParDo(_TopKMechanism(self._plan, self._window, self._seed))
-        )
+        sums = self._window_sums(batches, self._plan.spec.partitions)
+        return sums | "Select top k" >> beam.ParDo(_TopKMechanism(self._plan, self._window, self._seed))
