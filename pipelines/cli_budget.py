@@ -6,6 +6,7 @@ Exit codes: 0 done (spend: admitted), 3 spend refused by the scope's filter,
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 
@@ -76,27 +77,38 @@ def _usage(parser: argparse.ArgumentParser) -> int:
     return EXIT_ERROR
 
 
-def _fail(args: argparse.Namespace, err: Exception) -> int:
-    print(f"dpstream budget {args.budget_command}: {err}", file=sys.stderr)
-    return EXIT_ERROR
+def _reports(*errors: type[Exception]):
+    """Handler decorator: one of `errors` becomes one line on stderr and exit EXIT_ERROR.
+
+    Handlers print only after their last ledger call, so that line is all a failed command writes.
+    """
+
+    def decorate(handler):
+        @functools.wraps(handler)
+        def run(args: argparse.Namespace) -> int:
+            try:
+                return handler(args)
+            except errors as err:
+                print(f"dpstream budget {args.budget_command}: {err}", file=sys.stderr)
+                return EXIT_ERROR
+
+        return run
+
+    return decorate
 
 
+@_reports(LedgerError)
 def _init(args: argparse.Namespace) -> int:
-    try:
-        with Ledger(args.ledger, create=True) as ledger:
-            view = ledger.init_scope(args.scope, args.epsilon, args.delta, args.filter)
-    except LedgerError as err:
-        return _fail(args, err)
+    with Ledger(args.ledger, create=True) as ledger:
+        view = ledger.init_scope(args.scope, args.epsilon, args.delta, args.filter)
     print(f"created scope {view['scope']!r}: epsilon={view['epsilon']:g}, delta={view['delta']:g}; {view['rule']}")
     return 0
 
 
+@_reports(LedgerError)
 def _show(args: argparse.Namespace) -> int:
-    try:
-        with Ledger(args.ledger) as ledger:
-            view = ledger.show(args.scope)
-    except LedgerError as err:
-        return _fail(args, err)
+    with Ledger(args.ledger) as ledger:
+        view = ledger.show(args.scope)
     if args.json:
         print(json.dumps(view, indent=2))
         return 0
@@ -111,27 +123,23 @@ def _show(args: argparse.Namespace) -> int:
     return 0
 
 
+@_reports(LedgerError, InvalidEventError)
 def _spend(args: argparse.Namespace) -> int:
-    try:
-        if args.count < 1:
-            raise LedgerError(f"--count must be a positive integer, got {args.count}")
-        event = parse_event(args.event)
-        if args.count > 1:
-            event = SelfComposed(event, args.count)
-        with Ledger(args.ledger) as ledger:
-            result = ledger.spend(args.scope, event, args.label)
-    except (LedgerError, InvalidEventError) as err:
-        return _fail(args, err)
+    if args.count < 1:
+        raise LedgerError(f"--count must be a positive integer, got {args.count}")
+    event = parse_event(args.event)
+    if args.count > 1:
+        event = SelfComposed(event, args.count)
+    with Ledger(args.ledger) as ledger:
+        result = ledger.spend(args.scope, event, args.label)
     print(result.message)
     return 0 if result.admitted else EXIT_REFUSED
 
 
+@_reports(LedgerError)
 def _history(args: argparse.Namespace) -> int:
-    try:
-        with Ledger(args.ledger) as ledger:
-            releases = ledger.history(args.scope)
-    except LedgerError as err:
-        return _fail(args, err)
+    with Ledger(args.ledger) as ledger:
+        releases = ledger.history(args.scope)
     if args.json:
         print(json.dumps([release.to_dict() for release in releases], indent=2))
         return 0
