@@ -80,20 +80,28 @@ def f1_score(alerts: np.ndarray, truth: np.ndarray) -> float:
     return 1.0 if true_pos + wrong == 0 else 2 * true_pos / (2 * true_pos + wrong)
 
 
-def run_once(values: np.ndarray, method: str, sigma: float, epsilon: float, sensitivity: float, seed: int) -> dict:
-    """Windows processed before halting, alert count and F1 of one monitor run."""
-    truth = values >= THRESHOLD
+def monitor_alerts(values: np.ndarray, threshold: float, method: str, sigma: float, epsilon: float, delta: float,
+                   sensitivity: float, seed: int) -> tuple[np.ndarray, int]:
+    """(alert bits, windows processed before halting) of one monitor run over `values`.
+
+    A budget that admits not even one instance gives no alerts and 0 windows.
+    """
     try:
-        monitor = SparseVectorMonitor(THRESHOLD, sigma, sensitivity, epsilon, DELTA, method=method,
+        monitor = SparseVectorMonitor(threshold, sigma, sensitivity, epsilon, delta, method=method,
                                       rng=SecureRandom(seed))
     except ValueError as err:
         if "admits no" not in str(err):
             raise
-        alerts, processed = np.zeros(values.size, dtype=bool), 0
-    else:
-        outputs = monitor.process_many(values)
-        alerts = np.array([o.alert for o in outputs])
-        processed = next((o.window for o in outputs if o.halted), values.size)
+        return np.zeros(values.size, dtype=bool), 0
+    outputs = monitor.process_many(values)
+    alerts = np.array([o.alert for o in outputs])
+    return alerts, next((o.window for o in outputs if o.halted), values.size)
+
+
+def run_once(values: np.ndarray, method: str, sigma: float, epsilon: float, sensitivity: float, seed: int) -> dict:
+    """Windows processed before halting, alert count and F1 of one monitor run."""
+    truth = values >= THRESHOLD
+    alerts, processed = monitor_alerts(values, THRESHOLD, method, sigma, epsilon, DELTA, sensitivity, seed)
     return {"windows": processed, "alerts": int(alerts.sum()), "f1": f1_score(alerts, truth),
             "f1_processed": f1_score(alerts[:processed], truth[:processed]) if processed else 0.0}
 
