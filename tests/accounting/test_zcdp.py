@@ -16,6 +16,7 @@ from accounting.bounds.zcdp import (
 from accounting.composition import Composition
 from accounting.events import ZCDP, ApproxDP, BoundedRange, Composed, Gaussian, Laplace, PureDP, SelfComposed
 from tests.accounting import renyi_oracles as oracle
+from tests.accounting.composition_checks import PUBLISHED_OPTIMA, assert_finite_round_trip
 
 BOUND = ZCDPComposition()
 
@@ -103,12 +104,14 @@ def test_pure_dp_never_below_the_exact_optimal_composition(k, eps):
     assert oracle.kov_delta(k, eps, ours) <= 1e-6
 
 
-def test_never_below_the_published_optima():
-    # 25 x 0.1-DP: optimal composition 2.079056 (Cesar–Rogers Sec 6.2, Kairouz et al.).
-    assert BOUND.epsilon(Composition.of(SelfComposed(PureDP(0.1), 25)), 1e-6) >= 2.0791
-    # 10 x 1-BR: the non-adaptive optimum 7.71332 (Dong–Durfee–Rogers Thm 3) is below every adaptive bound.
-    assert BOUND.epsilon(Composition.of(SelfComposed(BoundedRange(1.0), 10)), 1e-6) >= 7.713
-    assert BOUND.delta(Composition.of(SelfComposed(BoundedRange(1.0), 10)), 7.713) > 1e-6
+@pytest.mark.parametrize("composition, optimum", PUBLISHED_OPTIMA.values(), ids=PUBLISHED_OPTIMA.keys())
+def test_never_below_the_published_optima(composition, optimum):
+    assert BOUND.epsilon(composition, 1e-6) >= optimum
+
+
+def test_delta_above_target_at_the_bounded_range_optimum():
+    composition, optimum = PUBLISHED_OPTIMA["bounded-range-10x1"]
+    assert BOUND.delta(composition, optimum) > 1e-6
 
 
 def test_ten_thousand_events_stay_finite():
@@ -118,9 +121,7 @@ def test_ten_thousand_events_stay_finite():
         SelfComposed(PureDP(1.0), 10_000),
         SelfComposed(BoundedRange(2.0), 10_000),
     )
-    eps = BOUND.epsilon(composition, 1e-9)
-    assert math.isfinite(eps) and eps > 0
-    assert 0 < BOUND.delta(composition, eps) <= 1e-9
+    assert_finite_round_trip(BOUND, composition, 1e-9)
 
 
 def test_registered_with_the_accountant():
