@@ -26,8 +26,11 @@ class ReadEvents(beam.PTransform):
 
     Building the transform reads nothing: the chunks (Parquet row groups, text
     files) are listed when the pipeline runs, spread over workers, and each is
-    read and converted in one vectorised call. Bad rows fail the pipeline with
-    a message naming file, row and column (`connectors.errors.InputError`).
+    read and converted in one vectorised call. Files are listed and opened
+    through Beam's `FileSystems`, so the input path may be local or a URL
+    (gs://, s3://, hdfs://) the workers' Beam installation reads. Bad rows fail
+    the pipeline with a message naming file (or URL), row and column
+    (`connectors.errors.InputError`).
     """
 
     def __init__(self, spec: InputSpec, label: str | None = None) -> None:

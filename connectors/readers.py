@@ -10,13 +10,29 @@ Column mapping: `user`, `timestamp` and `partition` name required input
 columns; `value` is optional (each event counts 1.0 without it). User and
 partition values are turned into strings; a missing value anywhere is an
 error naming file, row and column.
+
+Files are listed and read only through Apache Beam's `FileSystems` (`match`,
+`open`), so `input.path` may be a local path or a URL of any scheme the Beam
+installation supports (`gs://` with `apache-beam[gcp]`, `s3://` with
+`apache-beam[aws]`, `hdfs://`). `check_input` runs on the launcher and
+`list_chunks` / `read_chunk` inside the pipeline, on workers that may share no
+disk with it; both reach the files the same way. Errors name a file as given
+or as matched (a path or a URL). A glob uses Beam's pattern syntax (`*`, `?`,
+`[...]` within one path segment, `**` across segments) and, as with the
+shell, a wildcard does not match a name starting with a dot; on a local disk
+Beam walks the tree under the pattern's fixed directory and does not follow
+symbolic links to directories below it. Parquet is read from a seekable
+stream (footer, then the row group's column chunks); CSV and JSONL files named
+.gz, .bz2, .lz4 or .zst are decompressed, as pyarrow does for local paths.
+Beam is imported when the first file is listed or read, not when this module is.
 """
 from __future__ import annotations
 
 import csv
-import glob
+import io
 import json
 import os
+import re
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -40,7 +56,7 @@ CSV_BLOCK_BYTES = 1 << 22
 class InputSpec:
     """Where events come from and which columns hold the event fields.
 
-    path: a file or a glob pattern (matches are read in sorted order).
+    path: a file or a glob pattern, local or a URL (matches are read in sorted order).
     """
 
     format: str
@@ -72,7 +88,7 @@ class InputSpec:
 
 @dataclass(frozen=True)
 class Chunk:
-    """A unit of reading: one Parquet row group, or a whole CSV / JSONL file."""
+    """A unit of reading: one Parquet row group, or a whole CSV / JSONL file (path: local or a URL)."""
 
     path: str
     row_group: int | None = None
@@ -80,12 +96,48 @@ class Chunk:
 
 
 def files(spec: InputSpec) -> list[str]:
-    """The input files, sorted; an error when none exist."""
-    matches = sorted(glob.glob(spec.path)) if glob.has_magic(spec.path) else [spec.path]
-    present = [path for path in matches if os.path.isfile(path)]
-    if not present:
-        raise InputError(f"input.path {spec.path!r}: no such file")
-    return present
+    """The input files (paths or URLs, as `FileSystems.match` names them), sorted; an error when none exist."""
+    pattern = spec.path
+    magic = _MAGIC.search(pattern)
+    local = _filesystems().get_scheme(pattern) in (None, "file")
+    # Beam lists nothing when the part before the first wildcard names no directory (*.csv, */x.csv): match ./PATTERN
+    here = local and magic is not None and "/" not in pattern[:magic.start()]
+    try:
+        if magic is None and pattern.endswith("/"):
+            matches = []  # a directory, not a file (Beam would match everything under it)
+        else:
+            [result] = _filesystems().match(["./" + pattern if here else pattern])
+            matches = [m.path[2:] if here else m.path for m in result.metadata_list]
+    except ValueError as err:  # no filesystem for the scheme, e.g. gs:// without apache-beam[gcp]
+        raise InputError(f"input.path {pattern!r}: {err}") from err
+    except OSError as err:  # BeamIOError: the listing failed
+        raise InputError(f"input.path {pattern!r}: cannot list the files: {err}") from err
+    if magic is not None:
+        matches = [path for path in matches if _glob_compatible(path, pattern)]
+    elif local:
+        matches = [path for path in matches if not os.path.isdir(path)]
+    if not matches:
+        raise InputError(f"input.path {pattern!r}: no such file")
+    return sorted(matches)
+
+
+_MAGIC = re.compile(r"[*?[]")
+
+
+def _glob_compatible(path: str, pattern: str) -> bool:
+    """Whether Python's `glob` would also match: no wildcard matching a name that starts with a dot, and (no
+    `**` in the pattern) one path segment per pattern segment, since Beam's `?` and `[!...]` also match '/'."""
+    path_parts, pattern_parts = path.split("/"), pattern.split("/")
+    if "**" in pattern:
+        first = next(i for i, part in enumerate(pattern_parts) if _MAGIC.search(part))
+        dotted = any(part.startswith(".") for part in pattern_parts[first:])
+        return dotted or not any(part.startswith(".") for part in path_parts[first:])
+    if len(path_parts) != len(pattern_parts):
+        return False
+    return not any(
+        name.startswith(".") and not part.startswith(".") and _MAGIC.search(part)
+        for name, part in zip(path_parts, pattern_parts)
+    )
 
 
 def check_input(spec: InputSpec) -> list[str]:
@@ -107,9 +159,10 @@ def check_input(spec: InputSpec) -> list[str]:
 def _column_names(fmt: str, path: str) -> list[str] | None:
     try:
         if fmt == "parquet":
-            return list(pq.read_schema(path).names)
+            with _open(path) as raw:
+                return list(pq.read_schema(_seekable(raw)).names)
         if fmt == "csv":
-            with open(path, newline="", encoding="utf-8") as handle:
+            with _open(path) as raw, io.TextIOWrapper(_text_stream(path, raw), encoding="utf-8", newline="") as handle:
                 return [name.strip() for name in next(csv.reader(handle), [])]
     except (OSError, pa.ArrowException, UnicodeDecodeError) as err:
         raise InputError(f"{path}: cannot read the {fmt} header: {err}") from err
@@ -124,7 +177,8 @@ def list_chunks(spec: InputSpec) -> list[Chunk]:
             chunks.append(Chunk(path))
             continue
         try:
-            metadata = pq.ParquetFile(path).metadata
+            with _open(path) as raw:
+                metadata = pq.ParquetFile(_seekable(raw)).metadata
         except (OSError, pa.ArrowException) as err:
             raise InputError(f"{path}: not a readable Parquet file: {err}") from err
         first = 0
@@ -150,13 +204,53 @@ def read_events(spec: InputSpec) -> Iterator[pa.RecordBatch]:
         yield from read_chunk(spec, chunk)
 
 
+# -- files -----------------------------------------------------------------------------------------
+
+
+def _filesystems():
+    from apache_beam.io.filesystems import FileSystems
+
+    return FileSystems
+
+
+def _open(path: str):
+    """The file's bytes as stored (Beam decompresses nothing), as a binary file object to close."""
+    from apache_beam.io.filesystem import CompressionTypes
+
+    return _filesystems().open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+
+
+def _seekable(raw) -> pa.NativeFile:
+    """What pyarrow's Parquet reader needs: random access. Local files and Beam's object-store streams
+    (gs://, s3://, hdfs://) seek; any other stream is read into memory first."""
+    if raw.seekable():
+        return pa.PythonFile(raw, mode="r")
+    return pa.BufferReader(raw.read())
+
+
+_CODECS = {".bz2": "bz2", ".gz": "gzip", ".lz4": "lz4", ".zst": "zstd"}  # what pyarrow detects on a local path
+
+
+def _text_stream(path: str, raw) -> pa.NativeFile:
+    """A CSV or JSONL file's text bytes, decompressed when its name ends in a compression extension."""
+    stream = pa.PythonFile(raw, mode="r")
+    codec = next((codec for ext, codec in _CODECS.items() if path.endswith(ext)), None)
+    return pa.CompressedInputStream(stream, codec) if codec else stream
+
+
+def _read_text(path: str) -> bytes:
+    with _open(path) as raw:
+        return _text_stream(path, raw).read()
+
+
 # -- formats ---------------------------------------------------------------------------------------
 
 
 def _read_parquet(spec: InputSpec, chunk: Chunk) -> Iterator[pa.RecordBatch]:
     columns = list(dict.fromkeys(spec.columns.values()))
     try:
-        table = pq.ParquetFile(chunk.path).read_row_group(chunk.row_group, columns=columns)
+        with _open(chunk.path) as raw:
+            table = pq.ParquetFile(_seekable(raw)).read_row_group(chunk.row_group, columns=columns)
     except (OSError, pa.ArrowException) as err:
         raise InputError(f"{chunk.path}: row group {chunk.row_group}: cannot read: {err}") from err
     yield to_events(table, spec, chunk.path, lambda i: chunk.first_row + i + 1)
@@ -172,20 +266,23 @@ def _read_csv(spec: InputSpec, chunk: Chunk) -> Iterator[pa.RecordBatch]:
     )
     first = 0
     try:
-        reader = pacsv.open_csv(
-            chunk.path, read_options=pacsv.ReadOptions(block_size=CSV_BLOCK_BYTES), convert_options=convert
-        )
-        for batch in reader:
-            start = first
-            yield to_events(pa.Table.from_batches([batch]), spec, chunk.path, lambda i: start + i + 2)
-            first += batch.num_rows
+        with _open(chunk.path) as raw:
+            reader = pacsv.open_csv(
+                _text_stream(chunk.path, raw),
+                read_options=pacsv.ReadOptions(block_size=CSV_BLOCK_BYTES),
+                convert_options=convert,
+            )
+            for batch in reader:
+                start = first
+                yield to_events(pa.Table.from_batches([batch]), spec, chunk.path, lambda i: start + i + 2)
+                first += batch.num_rows
     except pa.ArrowInvalid as err:
         raise _locate_csv_error(chunk.path, err) from err
 
 
 def _locate_csv_error(path: str, err: Exception) -> InputError:
     """Find the first line whose field count differs from the header's (error path only)."""
-    with open(path, newline="", encoding="utf-8", errors="replace") as handle:
+    with _open(path) as raw, io.TextIOWrapper(_text_stream(path, raw), encoding="utf-8", errors="replace", newline="") as handle:
         reader = csv.reader(handle)
         width = len(next(reader, []))
         try:
@@ -202,32 +299,42 @@ def _first_line(err: Exception) -> str:
 
 
 def _read_jsonl(spec: InputSpec, chunk: Chunk) -> Iterator[pa.RecordBatch]:
+    data = _read_text(chunk.path)  # read once: pyarrow parses it, line numbers and error paths look at it again
     try:
-        table = pajson.read_json(chunk.path)
+        table = pajson.read_json(pa.BufferReader(data))
     except pa.ArrowInvalid as err:
         if "changed from" not in str(err):
-            raise _locate_json_error(chunk.path, err) from err
-        table = _read_jsonl_mixed(chunk.path, spec)
+            raise _locate_json_error(chunk.path, data, err) from err
+        table = _read_jsonl_mixed(chunk.path, data, spec)
     missing = [column for column in spec.columns.values() if column not in table.column_names]
     if missing:
         raise InputError(f"{chunk.path}:1: column {missing[0]!r}: missing key (present: {', '.join(table.column_names)})")
-    lines = _jsonl_line_numbers(chunk.path) if table.num_rows else np.zeros(0, dtype=np.int64)
+    lines = _jsonl_line_numbers(data) if table.num_rows else np.zeros(0, dtype=np.int64)
     yield to_events(table, spec, chunk.path, lambda i: int(lines[i]))
 
 
-def _jsonl_line_numbers(path: str) -> np.ndarray:
-    """1-based line numbers of the non-blank lines (pyarrow skips blank lines)."""
-    with open(path, "rb") as handle:
-        return np.array([n for n, line in enumerate(handle, 1) if line.strip()], dtype=np.int64)
+_BLANK = np.zeros(256, dtype=bool)
+_BLANK[list(b" \t\n\r\x0b\x0c")] = True  # what bytes.strip() removes
 
 
-def _read_jsonl_mixed(path: str, spec: InputSpec) -> pa.Table:
+def _jsonl_line_numbers(data: bytes) -> np.ndarray:
+    """1-based numbers of the lines (ended by \\n) that are not blank (pyarrow skips blank lines)."""
+    text = np.frombuffer(data, dtype=np.uint8)
+    starts = np.concatenate(([0], np.flatnonzero(text == ord("\n")) + 1))
+    starts = starts[starts < text.size]  # every line from a start on holds at least one byte
+    if not starts.size:
+        return np.zeros(0, dtype=np.int64)
+    filled = np.logical_or.reduceat(~_BLANK[text], starts)
+    return (np.flatnonzero(filled) + 1).astype(np.int64)
+
+
+def _read_jsonl_mixed(path: str, data: bytes, spec: InputSpec) -> pa.Table:
     """Slow path, line by line, for a column whose JSON type changes between lines (ids as numbers and strings).
 
     A column of mixed types becomes text (JSON numbers in their JSON spelling), so the usual conversions
     report a value that still does not fit, e.g. cannot parse 'late' as a number.
     """
-    records = list(_json_objects(path))
+    records = list(_json_objects(path, data))
     arrays = {}
     for column in spec.columns.values():
         values = [record.get(column) for record in records]
@@ -238,9 +345,9 @@ def _read_jsonl_mixed(path: str, spec: InputSpec) -> pa.Table:
     return pa.table(arrays)
 
 
-def _json_objects(path: str) -> Iterator[dict]:
+def _json_objects(path: str, data: bytes) -> Iterator[dict]:
     """The JSON object on each non-blank line; the first bad line raises InputError naming file and line."""
-    with open(path, encoding="utf-8", errors="replace") as handle:
+    with io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="replace") as handle:
         for number, line in enumerate(handle, 1):
             if not line.strip():
                 continue
@@ -253,10 +360,10 @@ def _json_objects(path: str) -> Iterator[dict]:
             yield record
 
 
-def _locate_json_error(path: str, err: Exception) -> InputError:
+def _locate_json_error(path: str, data: bytes, err: Exception) -> InputError:
     """Find the first line that pyarrow refused, reading line by line (error path only)."""
     try:
-        for _ in _json_objects(path):
+        for _ in _json_objects(path, data):
             pass
     except InputError as located:
         return located
