@@ -17,7 +17,7 @@ from accounting.ledger import Ledger
 from connectors import readers
 from connectors.beam_io import ReadEvents
 from connectors.errors import InputError
-from connectors.readers import InputSpec, check_input, list_chunks, read_events
+from connectors.readers import InputSpec, check_input, list_chunks
 from pipelines import jobfile, runner
 from pipelines.spec import EVENT_SCHEMA
 from tests.connectors.test_readers import EXPECTED, ROWS, _read, _spec, _write
