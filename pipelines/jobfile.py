@@ -147,7 +147,7 @@ def _input(check: "_Checker", table: dict, base: str, timezone: str) -> readers.
     raw_path = check.text(table, "input", "path")
     spec = dict(
         format=fmt,
-        path=os.path.join(base, os.path.expanduser(raw_path)),
+        path=_resolve(base, raw_path),
         user=check.text(table, "input", "user"),
         timestamp=check.text(table, "input", "timestamp"),
         partition=check.text(table, "input", "partition"),
@@ -304,11 +304,14 @@ def _svt_keys(check: "_Checker", entry: dict, where: str, kind: str, maximum: fl
     }
 
 
+def _resolve(base: str, path: str) -> str:
+    """A URL (gs://, s3://, ...) as given; a local path relative to the job file's folder, with ~ expanded."""
+    return path if _URL.match(path) else os.path.join(base, os.path.expanduser(path))
+
+
 def _output(check: "_Checker", table: dict, base: str, job_name: str) -> OutputSettings:
     check.keys(table, "output")
-    path = check.text(table, "output", "path", default=os.path.join("dpstream-output", job_name))
-    if not _URL.match(path):
-        path = os.path.join(base, os.path.expanduser(path))
+    path = _resolve(base, check.text(table, "output", "path", default=os.path.join("dpstream-output", job_name)))
     return OutputSettings(path=path, format=check.choice(table, "output", "format", writers.FORMATS, default="parquet"))
 
 

@@ -176,8 +176,6 @@ def test_a_bad_row_under_a_url_fails_the_run_after_the_debit(tmp_path, url_root)
         runner.run(job, str(tmp_path / "out"), ledger, log=lambda _: None)
 
 
-@pytest.mark.xfail(strict=True, reason="pipelines/jobfile.py joins input.path to the job file's directory even for a URL "
-                                       "(output.path keeps URLs); remove this marker once it keeps input URLs too")
 def test_a_job_file_keeps_an_input_url(tmp_path):
     (tmp_path / "job.toml").write_text(JOB.replace('path = "events.csv"', f'path = "{SCHEME}://in/*.csv"'))
     assert jobfile.load(str(tmp_path / "job.toml")).input.path == f"{SCHEME}://in/*.csv"
