@@ -39,6 +39,40 @@ has halted. A monitor record is checked out by the run that debits with it
 and checked back in by that run only (`check_in_monitor`), so one sealed state
 is resumed by at most one run; a run that fails leaves it checked out, and
 further runs of that monitor are refused (safe, since nothing is resumed twice).
+
+Period scopes (`init_scope(..., unit_period=P)`, `dpstream budget init
+--unit-period 1d`) serve jobs whose privacy unit is user x period. Periods are
+absolute: period k covers [k P, (k+1) P) seconds since 1970-01-01T00:00:00Z,
+so every run agrees on them. The scope's (epsilon, delta) and filter are the
+budget of EACH period: every period has its own filter state (table
+`dpstream_periods`, a fresh filter of the scope's kind created on its first
+debit). A spend names the periods it touches (`Periods`); it is admitted only
+when every touched period's filter admits the release's events, and then all
+of them are debited in the same transaction (scope row locked first, then the
+period rows in period order: SELECT ... FOR UPDATE on PostgreSQL, BEGIN
+IMMEDIATE on SQLite), so a refusal changes no period (a halting filter still
+records its halt in the periods that refused). Which periods each release was
+charged to is kept in `dpstream_release_periods`.
+Privacy (per period p, for the unit user x period p): every release whose
+records can include the unit's records is charged to p, and the releases
+charged to p are admitted by p's filter, so their composition, with
+parameters chosen adaptively across runs, is within the scope's (epsilon,
+delta) by that filter's theorem; releases not charged to p read none of the
+unit's records and have the same output distribution on both neighbours.
+Caller must ensure: a release charged to periods reads only records whose
+timestamps lie in those periods, and its events bound the privacy loss of
+one user x period unit (the runner charges a job the periods its windows
+overlap, and `pipelines.planning` prices one unit period).
+Proof: docs/proofs/ledger.period_scopes.md.
+Refused on period scopes: SVT monitors (`open_monitor`, `spend_and_check_out`),
+whose sealed state spans runs and so periods, while the monitor's budget is
+debited only once.
+The period length is kept in the scope row's filter_state JSON (`filter` =
+"period-scope", with the per-period template filter), so ledgers written
+before period scopes need no new column, and a dpstream without period
+scopes refuses to debit such a scope instead of treating it as a plain one.
+The two new tables are created when missing by any `Ledger(url, create=True)`
+(`dpstream budget init`); plain scopes never read them.
 """
 from __future__ import annotations
 
@@ -49,6 +83,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from fractions import Fraction
 from typing import Any, Callable, Iterator, TypeVar
 
 import sqlalchemy as sa
@@ -70,6 +105,8 @@ LEDGER_ENV = "DPSTREAM_LEDGER"
 # transaction and then sleeps, so a test can kill the process mid-debit.
 DEBIT_HOOK_ENV = "DPSTREAM_TEST_DEBIT_HOOK"
 _LOCK_TIMEOUT_SECONDS = 120
+PERIOD_SCOPE = "period-scope"  # the `filter` tag of a period scope's filter_state JSON
+MAX_PERIODS_PER_SPEND = 100_000  # one spend touches at most this many periods (one row each)
 
 T = TypeVar("T")
 
@@ -113,6 +150,125 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="microseconds")
 
 
+def check_unit_period(value: Any) -> int:
+    """A period scope's period length: a positive whole number of seconds (as int)."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not (ok and value >= 1 and float(value).is_integer()):
+        raise LedgerError(f"unit period must be a positive whole number of seconds, got {value!r}")
+    return int(value)
+
+
+def duration_text(seconds: float) -> str:
+    """A period length in the job file's units: 86400 -> "1d", 21600 -> "6h", 90 -> "90s"."""
+    for unit, size in (("w", 7 * 86400), ("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"
+
+
+def instant_text(seconds: float) -> str:
+    """Seconds since the epoch as ISO 8601 UTC, e.g. 2013-01-01T00:00:00Z."""
+    moment = datetime.fromtimestamp(seconds, tz=timezone.utc)
+    spec = "seconds" if moment.microsecond == 0 else "microseconds"
+    return moment.isoformat(timespec=spec).replace("+00:00", "Z")
+
+
+def on_period_boundary(instant: float, seconds: int) -> bool:
+    """Whether `instant` (seconds since the epoch) starts a period of length `seconds`."""
+    return Fraction(instant) % seconds == 0
+
+
+@dataclass(frozen=True)
+class Periods:
+    """The contiguous periods first..last (inclusive) of length `seconds`.
+
+    Period k covers [k * seconds, (k+1) * seconds) seconds since 1970-01-01T00:00:00Z (UTC).
+    Checks: seconds a positive whole number, first <= last, at most MAX_PERIODS_PER_SPEND periods.
+    """
+
+    seconds: int
+    first: int
+    last: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "seconds", check_unit_period(self.seconds))
+        if not (isinstance(self.first, int) and isinstance(self.last, int) and self.first <= self.last):
+            raise LedgerError(f"periods need whole indices first <= last, got {self.first!r}..{self.last!r}")
+        if self.count > MAX_PERIODS_PER_SPEND:
+            raise LedgerError(f"one release may touch at most {MAX_PERIODS_PER_SPEND} periods, got {self.count} "
+                              f"({self.describe()})")
+
+    @classmethod
+    def overlapping(cls, start: float, end: float, seconds: int) -> "Periods":
+        """The periods that overlap the time range [start, end) (seconds since the epoch, start < end)."""
+        if not (math.isfinite(start) and math.isfinite(end) and start < end):
+            raise LedgerError(f"a period range needs start < end, got {start!r} and {end!r}")
+        seconds = check_unit_period(seconds)
+        first = math.floor(Fraction(start) / seconds)
+        last = math.ceil(Fraction(end) / seconds) - 1
+        return cls(seconds, first, last)
+
+    @property
+    def count(self) -> int:
+        return self.last - self.first + 1
+
+    def indices(self) -> range:
+        return range(self.first, self.last + 1)
+
+    def start(self) -> int:
+        return self.first * self.seconds
+
+    def end(self) -> int:
+        return (self.last + 1) * self.seconds
+
+    def describe(self) -> str:
+        """e.g. "2013-01-01T00:00:00Z..2013-01-03T00:00:00Z (2 periods of 1d)"."""
+        plural = "period" if self.count == 1 else "periods"
+        return (f"{instant_text(self.start())}..{instant_text(self.end())} "
+                f"({self.count} {plural} of {duration_text(self.seconds)})")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"period_s": self.seconds, "start": instant_text(self.start()), "end": instant_text(self.end()),
+                "count": self.count}
+
+
+def _period_runs(seconds: int, periods: list[int]) -> list[Periods]:
+    """Sorted period indices as maximal contiguous runs."""
+    runs: list[Periods] = []
+    for period in sorted(periods):
+        if runs and runs[-1].last == period - 1:
+            runs[-1] = Periods(seconds, runs[-1].first, period)
+        else:
+            runs.append(Periods(seconds, period, period))
+    return runs
+
+
+def _scope_config(row: sa.Row) -> tuple[int | None, dict[str, Any]]:
+    """(period length in seconds or None for a plain scope, the filter dict: state, or a period's fresh template)."""
+    data = json.loads(row.filter_state)
+    if data.get("filter") == PERIOD_SCOPE:
+        return int(data["period_s"]), data["template"]
+    return None, data
+
+
+def _largest(states: list[PrivacyFilter]) -> dict[str, float]:
+    """Per state figure, the most spent over `states`: max_spent_* (largest), min_remaining_* (smallest)."""
+    out: dict[str, float] = {}
+    for budget_filter in states:
+        public = budget_filter.public_dict()
+        for name in budget_filter.to_dict()["state"]:
+            value = public.get(name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
+                continue
+            if name.startswith("remaining"):
+                key = f"min_{name}"
+                out[key] = min(out.get(key, value), value)
+            else:
+                key = f"max_{name}"
+                out[key] = max(out.get(key, value), value)
+    return out
+
+
 @dataclass(frozen=True)
 class SpendResult:
     """Whether a release was admitted, and the one line that says so."""
@@ -126,7 +282,11 @@ class SpendResult:
 
 @dataclass(frozen=True)
 class Release:
-    """One admitted release: its label, UTC time, events and the scope's public filter state after it."""
+    """One admitted release: its label, UTC time, events and the scope's public filter state after it.
+
+    On a period scope, `periods` are the periods it was charged to (contiguous runs) and
+    `budget_after` the largest figures over those periods after it.
+    """
 
     release_id: int
     scope: str
@@ -134,9 +294,10 @@ class Release:
     time: str
     event: Event
     budget_after: dict[str, Any]
+    periods: tuple[Periods, ...] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "id": self.release_id,
             "scope": self.scope,
             "label": self.label,
@@ -144,6 +305,9 @@ class Release:
             "events": self.event.to_dict(),
             "budget_after": self.budget_after,
         }
+        if self.periods is not None:
+            out["periods"] = [run.to_dict() for run in self.periods]
+        return out
 
 
 class Ledger:
@@ -241,6 +405,23 @@ class Ledger:
             sa.Column("halted", sa.Boolean, nullable=False),
             sa.Column("created_at", sa.String(40), nullable=False),
         )
+        # Period scopes only; created when missing by Ledger(create=True), never read for plain scopes.
+        self.periods = sa.Table(
+            "dpstream_periods",
+            metadata,
+            sa.Column("scope", sa.String(200), sa.ForeignKey("dpstream_scopes.name"), primary_key=True),
+            sa.Column("period", sa.BigInteger, primary_key=True, autoincrement=False),
+            sa.Column("filter_state", sa.Text, nullable=False),
+            sa.Column("releases", sa.Integer, nullable=False),
+            sa.Column("updated_at", sa.String(40), nullable=False),
+        )
+        self.release_periods = sa.Table(
+            "dpstream_release_periods",
+            metadata,
+            sa.Column("release_id", sa.Integer, sa.ForeignKey("dpstream_releases.id"), primary_key=True,
+                      autoincrement=False),
+            sa.Column("period", sa.BigInteger, primary_key=True, autoincrement=False),
+        )
 
     def close(self) -> None:
         self.engine.dispose()
@@ -275,9 +456,15 @@ class Ledger:
 
     # -- scopes -----------------------------------------------------------------------------------
 
-    def init_scope(self, scope: str, epsilon: float, delta: float, filter_spec: str | None = None) -> dict[str, Any]:
-        """Create a budget scope with total (epsilon, delta) and its filter (see the module docstring)."""
+    def init_scope(self, scope: str, epsilon: float, delta: float, filter_spec: str | None = None,
+                   unit_period: float | None = None) -> dict[str, Any]:
+        """Create a budget scope with total (epsilon, delta) and its filter (see the module docstring).
+
+        unit_period: None for a plain scope (one budget for all its releases); else the period length in
+        whole seconds of a period scope, whose (epsilon, delta) and filter are the budget of each period.
+        """
         _check_name("scope", scope, 200)
+        period = None if unit_period is None else check_unit_period(unit_period)
         if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
             raise LedgerError(f"epsilon must be a positive finite number, got {epsilon!r}")
         if not (isinstance(delta, (int, float)) and math.isfinite(delta) and 0 <= delta < 1):
@@ -297,19 +484,159 @@ class Ledger:
                     epsilon=float(epsilon),
                     delta=float(delta),
                     filter_kind=kind,
-                    filter_state=json.dumps(budget_filter.to_dict()),
+                    filter_state=json.dumps(
+                        budget_filter.to_dict() if period is None
+                        else {"filter": PERIOD_SCOPE, "period_s": period, "template": budget_filter.to_dict()}
+                    ),
                     created_at=_now(),
                 )
             )
         return self.show(scope)
 
-    def spend(self, scope: str, event: Event, label: str) -> SpendResult:
-        """Atomically ask the scope's filter about `event` and record the release when admitted."""
+    def spend(self, scope: str, event: Event, label: str, periods: Periods | None = None) -> SpendResult:
+        """Atomically ask the scope's filter about `event` and record the release when admitted.
+
+        periods: required on a period scope (the periods the release touches, of the scope's length;
+        every one of them must admit `event`, and all are debited), refused on a plain scope.
+        """
         _check_name("label", label, 1000)
         if not isinstance(event, Event):
             raise LedgerError(f"spend needs a privacy event, got {event!r}")
+        if periods is not None and not isinstance(periods, Periods):
+            raise LedgerError(f"spend takes its periods as a Periods range, got {periods!r}")
         with self._transaction() as conn:
-            return self._spend_locked(conn, self._lock_scope(conn, scope), scope, event, label)
+            row = self._lock_scope(conn, scope)
+            period, template = _scope_config(row)
+            if period is None:
+                if periods is not None:
+                    raise LedgerError(
+                        f"scope {scope!r} has one budget for all its releases (no unit period), so a release "
+                        f"names no periods; nothing was debited"
+                    )
+                return self._spend_locked(conn, row, scope, event, label)
+            if periods is None:
+                raise LedgerError(
+                    f"scope {scope!r} has a budget per {duration_text(period)} period: name the periods the "
+                    f"release touches (`dpstream budget spend --periods START..END`); nothing was debited"
+                )
+            if periods.seconds != period:
+                raise LedgerError(
+                    f"scope {scope!r} has {duration_text(period)} periods ({period} s), the release names "
+                    f"{duration_text(periods.seconds)} periods ({periods.seconds} s); nothing was debited"
+                )
+            return self._spend_periods_locked(conn, row, scope, template, event, label, periods)
+
+    def unit_period(self, scope: str) -> int | None:
+        """The scope's period length in seconds, or None for a plain scope."""
+        with self._transaction() as conn:
+            return _scope_config(self._lock_scope(conn, scope))[0]
+
+    def _refuse_periods(self, row: sa.Row, what: str) -> None:
+        period, _ = _scope_config(row)
+        if period is not None:
+            raise LedgerError(
+                f"scope {row.name!r} has a budget per {duration_text(period)} period, which does not support "
+                f"{what}: an svt monitor's sealed state runs on across runs and periods while its budget is "
+                f"debited once; use a scope without a unit period for svt releases; nothing was debited"
+            )
+
+    def _spend_periods_locked(self, conn: sa.Connection, row: sa.Row, scope: str, template: dict[str, Any],
+                              event: Event, label: str, periods: Periods) -> SpendResult:
+        """`spend` on a period scope, inside a transaction that holds the scope's lock (`row`).
+
+        Locks the touched periods' rows (in period order), asks each period's filter (a fresh one from
+        `template` when the period has no row yet) and, when all admit, writes every new state, the
+        release and its periods. Filters are deterministic in (state, event), so periods in the same
+        state share one decision (one accountant query for all fresh periods).
+        """
+        stored = {
+            r.period: r
+            for r in conn.execute(
+                sa.select(self.periods)
+                .where((self.periods.c.scope == scope)
+                       & (self.periods.c.period >= periods.first) & (self.periods.c.period <= periods.last))
+                .order_by(self.periods.c.period)
+                .with_for_update()
+            )
+        }
+        fresh = json.dumps(template)
+        decisions: dict[str, tuple[bool, bool, PrivacyFilter]] = {}  # state -> (admitted, was halted, filter after)
+        for period in periods.indices():
+            state = stored[period].filter_state if period in stored else fresh
+            if state in decisions:
+                continue
+            budget_filter = PrivacyFilter.from_dict(json.loads(state))
+            was_halted = budget_filter.halted
+            try:
+                admitted = budget_filter.try_spend(event)
+            except (InvalidEventError, ValueError) as err:
+                raise LedgerError(f"scope {scope!r} ({row.filter_kind} filter): {err}") from err
+            decisions[state] = (admitted, was_halted, budget_filter)
+
+        def decision(period: int) -> tuple[bool, bool, PrivacyFilter]:
+            return decisions[stored[period].filter_state if period in stored else fresh]
+
+        refused = [p for p in periods.indices() if not decision(p)[0]]
+        now = _now()
+        if refused:
+            # Only a halting filter changes on refusal: it records its halt, as its theorem requires.
+            halting = [p for p in refused if decision(p)[2].halted and not decision(p)[1]]
+            self._write_periods(conn, scope, halting, stored, decision, now, count=False)
+            _debit_hook()
+            already = [p for p in refused if decision(p)[1]]
+            runs = _period_runs(periods.seconds, refused)
+            where = "; ".join(run.describe() for run in runs[:3]) + ("; ..." if len(runs) > 3 else "")
+            if len(already) == len(refused):
+                message = (f"refused: release {label!r} touches {len(refused)} halted period(s) of scope {scope!r} "
+                           f"({where}; {row.filter_kind} filter); nothing was debited")
+            else:
+                message = (
+                    f"refused: release {label!r} would exceed the budget of scope {scope!r} in {len(refused)} of its "
+                    f"{periods.count} periods ({where}; {row.filter_kind} filter, epsilon={row.epsilon:g}, "
+                    f"delta={row.delta:g} per {duration_text(periods.seconds)} period); nothing was debited"
+                    + (f"; {len(halting)} period(s) have now halted" if halting else "")
+                )
+            return SpendResult(False, scope, label, None, message)
+        self._write_periods(conn, scope, list(periods.indices()), stored, decision, now, count=True)
+        after = [f for _, _, f in decisions.values()]
+        result = conn.execute(
+            self.releases.insert().values(
+                scope=scope,
+                label=label,
+                created_at=now,
+                events=json.dumps(event.to_dict()),
+                budget_after=json.dumps({"filter": row.filter_kind, "period_s": periods.seconds,
+                                         "periods": periods.count, **_largest(after)}),
+            )
+        )
+        release_id = int(result.inserted_primary_key[0])
+        conn.execute(self.release_periods.insert(),
+                     [{"release_id": release_id, "period": p} for p in periods.indices()])
+        _debit_hook()
+        message = f"admitted: release {label!r} (id {release_id}) on scope {scope!r}, periods {periods.describe()}"
+        return SpendResult(True, scope, label, release_id, message)
+
+    def _write_periods(self, conn: sa.Connection, scope: str, which: list[int], stored: dict[int, sa.Row],
+                       decision: Callable[[int], tuple[bool, bool, PrivacyFilter]], now: str, count: bool) -> None:
+        """Store the new filter state of the periods `which` (inserting rows for new periods); `count`: one more release."""
+        updates, inserts = [], []
+        for period in which:
+            state = json.dumps(decision(period)[2].to_dict())
+            if period in stored:
+                updates.append({"b_period": period, "b_state": state,
+                                "b_releases": stored[period].releases + (1 if count else 0)})
+            else:
+                inserts.append({"scope": scope, "period": period, "filter_state": state,
+                                "releases": 1 if count else 0, "updated_at": now})
+        if updates:
+            conn.execute(
+                self.periods.update()
+                .where((self.periods.c.scope == scope) & (self.periods.c.period == sa.bindparam("b_period")))
+                .values(filter_state=sa.bindparam("b_state"), releases=sa.bindparam("b_releases"), updated_at=now),
+                updates,
+            )
+        if inserts:
+            conn.execute(self.periods.insert(), inserts)
 
     def _spend_locked(self, conn: sa.Connection, row: sa.Row, scope: str, event: Event, label: str) -> SpendResult:
         """`spend` inside a transaction that holds the scope's lock (`row`)."""
@@ -359,7 +686,11 @@ class Ledger:
         return int(result.inserted_primary_key[0])
 
     def show(self, scope: str) -> dict[str, Any]:
-        """The scope's public view: budget, filter rule and state, release count, monitors (halted or not)."""
+        """The scope's public view: budget, filter rule and state, release count, monitors (halted or not).
+
+        A period scope shows its period length (`unit_period`), how many periods were spent on and the
+        largest figure spent in any one period (`largest_spent`); `period_states` lists every period.
+        """
         with self._transaction() as conn:
             row = self._lock_scope(conn, scope)
             count = conn.execute(
@@ -370,7 +701,14 @@ class Ledger:
                 .where(self.monitors.c.scope == scope)
                 .order_by(self.monitors.c.name)
             ).all()
-        budget_filter = PrivacyFilter.from_dict(json.loads(row.filter_state))
+            period, template = _scope_config(row)
+            period_rows = [] if period is None else self._period_rows(conn, scope)
+        monitors_view = [
+            {"name": m.name, "epsilon": m.epsilon, "delta": m.delta, "halted": bool(m.halted)} for m in monitors
+        ]
+        if period is not None:
+            return self._period_view(row, period, template, period_rows, int(count), monitors_view)
+        budget_filter = PrivacyFilter.from_dict(template)
         return {
             "scope": row.name,
             "epsilon": row.epsilon,
@@ -380,21 +718,85 @@ class Ledger:
             "state": budget_filter.public_dict(),
             "halted": budget_filter.halted,
             "releases": int(count),
-            "monitors": [
-                {"name": m.name, "epsilon": m.epsilon, "delta": m.delta, "halted": bool(m.halted)} for m in monitors
-            ],
+            "monitors": monitors_view,
             "created_at": row.created_at,
+            "unit_period": None,
         }
 
-    def history(self, scope: str) -> list[Release]:
-        """Every admitted release of the scope, oldest first."""
+    def _period_rows(self, conn: sa.Connection, scope: str) -> list[sa.Row]:
+        return conn.execute(
+            sa.select(self.periods).where(self.periods.c.scope == scope).order_by(self.periods.c.period)
+        ).all()
+
+    @staticmethod
+    def _period_view(row: sa.Row, period: int, template: dict[str, Any], period_rows: list[sa.Row], count: int,
+                     monitors: list[dict[str, Any]]) -> dict[str, Any]:
+        """`show` of a period scope: the budget of each period and public figures over the periods spent on."""
+        spent = [r for r in period_rows if r.releases > 0]
+        filters = [PrivacyFilter.from_dict(json.loads(r.filter_state)) for r in period_rows]
+        largest = _largest([f for f, r in zip(filters, period_rows) if r.releases > 0])
+        halted = sum(f.halted for f in filters)
+        rule = (f"a budget per {duration_text(period)} period (period k covers [k*{period}, (k+1)*{period}) seconds "
+                f"since 1970-01-01T00:00:00Z); in each period, {PrivacyFilter.from_dict(template).describe()}")
+        return {
+            "scope": row.name,
+            "epsilon": row.epsilon,
+            "delta": row.delta,
+            "filter": row.filter_kind,
+            "rule": rule,
+            "state": {"periods_spent": len(spent), "periods_halted": halted, **largest},
+            "halted": False,  # a period scope never halts as a whole; see periods_halted
+            "releases": count,
+            "monitors": monitors,
+            "created_at": row.created_at,
+            "unit_period": period,
+            "periods_spent": len(spent),
+            "periods_halted": halted,
+            "largest_spent": largest,
+            "first_period": instant_text(spent[0].period * period) if spent else None,
+            "last_period": instant_text(spent[-1].period * period) if spent else None,
+        }
+
+    def period_states(self, scope: str) -> list[dict[str, Any]]:
+        """A period scope's periods that have a filter state, oldest first: start, end, releases, public state."""
         with self._transaction() as conn:
-            self._lock_scope(conn, scope)
+            period, _ = _scope_config(self._lock_scope(conn, scope))
+            if period is None:
+                raise LedgerError(f"scope {scope!r} has one budget for all its releases (no unit period), so no periods")
+            rows = self._period_rows(conn, scope)
+        out = []
+        for r in rows:
+            budget_filter = PrivacyFilter.from_dict(json.loads(r.filter_state))
+            out.append({
+                "period": int(r.period),
+                "start": instant_text(r.period * period),
+                "end": instant_text((r.period + 1) * period),
+                "releases": int(r.releases),
+                "state": budget_filter.public_dict(),
+                "halted": budget_filter.halted,
+            })
+        return out
+
+    def history(self, scope: str) -> list[Release]:
+        """Every admitted release of the scope, oldest first (on a period scope, with the periods it was charged)."""
+        with self._transaction() as conn:
+            period, _ = _scope_config(self._lock_scope(conn, scope))
             rows = conn.execute(
                 sa.select(self.releases).where(self.releases.c.scope == scope).order_by(self.releases.c.id)
             ).all()
+            charged: dict[int, list[int]] = {}
+            if period is not None:
+                links = conn.execute(
+                    sa.select(self.release_periods.c.release_id, self.release_periods.c.period)
+                    .join(self.releases, self.releases.c.id == self.release_periods.c.release_id)
+                    .where(self.releases.c.scope == scope)
+                ).all()
+                for link in links:
+                    charged.setdefault(int(link.release_id), []).append(int(link.period))
         return [
-            Release(r.id, r.scope, r.label, r.created_at, Event.from_dict(json.loads(r.events)), json.loads(r.budget_after))
+            Release(r.id, r.scope, r.label, r.created_at, Event.from_dict(json.loads(r.events)),
+                    json.loads(r.budget_after),
+                    None if period is None else tuple(_period_runs(period, charged.get(r.id, []))))
             for r in rows
         ]
 
@@ -406,7 +808,7 @@ class Ledger:
         monitor_filter = FSRCFilter(epsilon, delta)
         event = ApproxDP(epsilon, delta) if delta > 0 else PureDP(epsilon)
         with self._transaction() as conn:
-            self._lock_scope(conn, scope)
+            self._refuse_periods(self._lock_scope(conn, scope), "svt monitors (open_monitor)")
             exists = conn.execute(
                 sa.select(self.monitors.c.name).where(
                     (self.monitors.c.scope == scope) & (self.monitors.c.name == name)
@@ -477,6 +879,7 @@ class Ledger:
         _check_name("label", label, 1000)
         with self._transaction() as conn:
             row = self._lock_scope(conn, scope)
+            self._refuse_periods(row, "svt monitors (spend_and_check_out)")
             for name, (_, _, expected) in monitors.items():
                 _check_name("monitor", name, 200)
                 current = self._monitor_row(conn, scope, name)

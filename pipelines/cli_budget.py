@@ -1,5 +1,10 @@
 """`dpstream budget`: create budget scopes, debit them and show what they spent.
 
+Period scopes (`init --unit-period 1d`) hold the budget of each period
+(period k covers [k P, (k+1) P) seconds since 1970-01-01T00:00:00Z); a spend on
+one names the periods it touches (`spend --periods START..END`) and is charged
+to every one of them (`accounting.ledger`, "Period scopes").
+
 Exit codes: 0 done (spend: admitted), 3 spend refused by the scope's filter,
 2 bad input or ledger error (one line on stderr, nothing written).
 """
@@ -8,12 +13,15 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import math
 import sys
+from datetime import datetime, timezone
 
 from accounting.event_spec import KINDS, parse_event
 from accounting.events import InvalidEventError, SelfComposed
 from accounting.filters import SCOPE_FILTERS
-from accounting.ledger import DEFAULT_URL, LEDGER_ENV, Ledger, LedgerError
+from accounting.ledger import DEFAULT_URL, LEDGER_ENV, Ledger, LedgerError, Periods, duration_text
+from pipelines.jobfile import _DURATION, _UNITS  # the job file's duration grammar ("1d", "6h", ...)
 
 EXIT_REFUSED = 3
 EXIT_ERROR = 2
@@ -50,6 +58,13 @@ def register(subparsers) -> None:
     init.add_argument("--epsilon", type=float, required=True, help="total epsilon of the scope (> 0)")
     init.add_argument("--delta", type=float, required=True, help="total delta of the scope, in [0, 1)")
     init.add_argument("--filter", metavar="F", help=FILTER_HELP)
+    init.add_argument(
+        "--unit-period", metavar="DURATION",
+        help="make a period scope for jobs with [privacy] unit_period: EPSILON, DELTA and the filter are the budget "
+             "of each period of this length (\"1d\", \"6h\", \"30m\" or seconds, a whole number of seconds); "
+             "period k covers [k P, (k+1) P) seconds since 1970-01-01T00:00:00Z, so a daily job's runs over new days "
+             "spend new budgets and a re-run over the same days is charged to them again",
+    )
     init.set_defaults(handler=_init)
 
     show = actions.add_parser("show", parents=[common], help="show a scope's budget and what it has spent")
@@ -65,6 +80,12 @@ def register(subparsers) -> None:
     spend.add_argument("--event", required=True, metavar="KIND:PARAMS", help="the release's privacy event")
     spend.add_argument("--count", type=int, default=1, help="the event runs N times in this release (default 1)")
     spend.add_argument("--label", required=True, help="what the release is, e.g. the job and date")
+    spend.add_argument(
+        "--periods", metavar="START..END",
+        help="period scopes only, and required there: the time range [START, END) of the records the release read, "
+             "as ISO dates or date-times (UTC unless an offset is given), e.g. 2013-01-01..2013-01-08; the release "
+             "is charged to every period that overlaps it. A single START names the period that contains it",
+    )
     spend.set_defaults(handler=_spend)
 
     history = actions.add_parser("history", parents=[common], help="list a scope's admitted releases")
@@ -97,11 +118,56 @@ def _reports(*errors: type[Exception]):
     return decorate
 
 
+def parse_duration(text: str) -> float:
+    """Seconds from "1d", "6h", "30m", "90s", "2w" (the job file's grammar) or a number of seconds."""
+    match = _DURATION.match(text)
+    if match:
+        return float(match.group(1)) * _UNITS[match.group(2)]
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise LedgerError(f"--unit-period must be a positive duration such as \"1d\", \"6h\", \"30m\" or seconds, "
+                          f"got {text!r}")
+    return seconds
+
+
+def _instant(text: str) -> float:
+    """Seconds since the epoch from an ISO date or date-time; UTC unless the text has an offset."""
+    try:
+        moment = datetime.fromisoformat(text.strip())  # a date alone is its midnight
+    except ValueError:
+        raise LedgerError(f"--periods: expected an ISO date or date-time such as 2013-01-01 or "
+                          f"2013-01-01T06:00:00Z, got {text!r}") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.timestamp()
+
+
+def parse_periods(text: str, seconds: int) -> Periods:
+    """`START..END` -> the periods of length `seconds` overlapping [START, END); `START` -> the period holding it."""
+    start_text, dots, end_text = text.partition("..")
+    start = _instant(start_text)
+    if not dots:
+        first = Periods.overlapping(start, start + seconds, seconds).first  # the period that holds START
+        return Periods(seconds, first, first)
+    end = _instant(end_text)
+    if not end > start:
+        raise LedgerError(f"--periods {text!r}: END must be after START")
+    return Periods.overlapping(start, end, seconds)
+
+
 @_reports(LedgerError)
 def _init(args: argparse.Namespace) -> int:
+    unit_period = None if args.unit_period is None else parse_duration(args.unit_period)
     with Ledger(args.ledger, create=True) as ledger:
-        view = ledger.init_scope(args.scope, args.epsilon, args.delta, args.filter)
-    print(f"created scope {view['scope']!r}: epsilon={view['epsilon']:g}, delta={view['delta']:g}; {view['rule']}")
+        view = ledger.init_scope(args.scope, args.epsilon, args.delta, args.filter, unit_period=unit_period)
+    if view["unit_period"] is None:
+        print(f"created scope {view['scope']!r}: epsilon={view['epsilon']:g}, delta={view['delta']:g}; {view['rule']}")
+    else:
+        print(f"created period scope {view['scope']!r}: epsilon={view['epsilon']:g}, delta={view['delta']:g} "
+              f"per {duration_text(view['unit_period'])} period; {view['rule']}")
     return 0
 
 
@@ -109,8 +175,12 @@ def _init(args: argparse.Namespace) -> int:
 def _show(args: argparse.Namespace) -> int:
     with Ledger(args.ledger) as ledger:
         view = ledger.show(args.scope)
+        periods = None if view["unit_period"] is None else ledger.period_states(args.scope)
     if args.json:
-        print(json.dumps(view, indent=2))
+        print(json.dumps(view if periods is None else {**view, "periods": periods}, indent=2))
+        return 0
+    if periods is not None:
+        _show_periods(view)
         return 0
     print(f"scope {view['scope']}: epsilon={view['epsilon']:g}, delta={view['delta']:g}, filter={view['filter']}")
     print(f"  rule: {view['rule']}")
@@ -123,6 +193,23 @@ def _show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _show_periods(view: dict) -> None:
+    """The text of `show` on a period scope: only public figures (filter states, counts), per period at most."""
+    period = view["unit_period"]
+    print(f"scope {view['scope']}: epsilon={view['epsilon']:g}, delta={view['delta']:g} per "
+          f"{duration_text(period)} period, filter={view['filter']}")
+    print(f"  rule: {view['rule']}")
+    if view["periods_spent"]:
+        print(f"  periods: {duration_text(period)} ({period} s) each; spent on {view['periods_spent']}, the first "
+              f"starting {view['first_period']}, the last starting {view['last_period']}")
+        largest = ", ".join(f"{k.split('_', 1)[1]}={v:.6g}" for k, v in view["largest_spent"].items())
+        print(f"  largest spent in one period: {largest}")
+    else:
+        print(f"  periods: {duration_text(period)} ({period} s) each; none spent on yet")
+    halted = f"; {view['periods_halted']} period(s) halted" if view["periods_halted"] else ""
+    print(f"  releases: {view['releases']}{halted}")
+
+
 @_reports(LedgerError, InvalidEventError)
 def _spend(args: argparse.Namespace) -> int:
     if args.count < 1:
@@ -131,7 +218,14 @@ def _spend(args: argparse.Namespace) -> int:
     if args.count > 1:
         event = SelfComposed(event, args.count)
     with Ledger(args.ledger) as ledger:
-        result = ledger.spend(args.scope, event, args.label)
+        periods = None
+        if args.periods is not None:
+            seconds = ledger.unit_period(args.scope)
+            if seconds is None:
+                raise LedgerError(f"scope {args.scope!r} has one budget for all its releases (no unit period); "
+                                  f"--periods applies to scopes created with --unit-period only")
+            periods = parse_periods(args.periods, seconds)
+        result = ledger.spend(args.scope, event, args.label, periods)
     print(result.message)
     return 0 if result.admitted else EXIT_REFUSED
 
@@ -144,5 +238,7 @@ def _history(args: argparse.Namespace) -> int:
         print(json.dumps([release.to_dict() for release in releases], indent=2))
         return 0
     for release in releases:
-        print(f"{release.release_id:>6}  {release.time}  {release.label}  {json.dumps(release.event.to_dict())}")
+        charged = "" if release.periods is None else \
+            "  periods " + ", ".join(run.describe() for run in release.periods)
+        print(f"{release.release_id:>6}  {release.time}  {release.label}{charged}  {json.dumps(release.event.to_dict())}")
     return 0
