@@ -140,6 +140,8 @@ def report_json(context: RunContext, tables: dict[str, pa.Table], chart: str | N
             "release_id": ledger["release_id"],
             "label": ledger["label"],
             "debited": ledger["event"].to_dict(),
+            "periods": None if ledger.get("periods") is None else ledger["periods"].to_dict(),
+            "note": ledger.get("note"),
             "scope_after": _jsonable(ledger["scope_after"]),
         },
         "releases": {
@@ -196,7 +198,10 @@ def report_markdown(context: RunContext, content: dict[str, Any]) -> str:
         "",
         f"Before any event was read, scope `{budget['scope']}` in ledger `{budget['ledger']}` was debited once "
         f"(ledger release id {budget['release_id']}) with the composition of every event above. "
-        f"The accountant's tightest valid bound for the whole job is epsilon = {plan.epsilon:.6g} at "
+        + (f"Scope `{budget['scope']}` holds a budget per period, and this debit was charged to each period the "
+           f"job's windows overlap: {_periods_text(budget['periods'])}. " if budget.get("periods") else "")
+        + (f"{budget['note'][0].upper()}{budget['note'][1:]}. " if budget.get("note") else "")
+        + f"The accountant's tightest valid bound for the whole job is epsilon = {plan.epsilon:.6g} at "
         f"delta = {plan.delta:g} (target epsilon {job.privacy.epsilon:g}):",
         "",
         "```",
@@ -236,6 +241,12 @@ def _unit_text(job: Job) -> str:
             f"within one period, and the budget below holds per period, renewing each period. A `{column}` active in "
             f"d periods is protected for each period separately; for all its records together it is protected as a "
             f"group of d units (epsilon up to d times larger, delta larger still).")
+
+
+def _periods_text(periods: dict[str, Any]) -> str:
+    count = periods["count"]
+    return (f"{periods['start']} to {periods['end']} ({count} period{'s' if count != 1 else ''} of "
+            f"{_duration(periods['period_s'])})")
 
 
 def _duration(seconds: float) -> str:

@@ -31,10 +31,27 @@ Every file goes through Beam's FileSystems (`connectors.writers`), so the
 output path may be any URL the workers' Beam installation can write.
 A failure after step 3 (a bad row, a runner error) keeps the debit: the data
 may have been touched, so refunding would depend on it. Nothing is released.
+Period scopes (`dpstream budget init --unit-period P`, `accounting.ledger`)
+hold a budget per absolute period [k P, (k+1) P) since the epoch. A job with
+`[privacy] unit_period` = P on such a scope is charged to every period its
+windows overlap, each with the plan's events, which `pipelines.planning`
+prices for ONE unit period (the worst case over the periods of the range);
+its window.start must be a period boundary, so the planner's unit periods
+(counted from window.start) are the ledger's periods. Privacy per period p:
+the records of a user x period-p unit lie in period p only, so they enter
+only runs whose windows overlap p, which are exactly the runs charged to p;
+p's filter admits the composition of those runs' events, chosen adaptively
+across runs (docs/proofs/ledger.period_scopes.md). Refused before any debit,
+exit 2: a period scope with a job without unit_period (its unit is a user
+over the whole range, which no per-period budget covers), a different
+unit_period, a window.start off the period grid, or svt releases (a
+monitor's sealed state spans runs and periods). A job with unit_period on a
+plain scope debits that scope's one budget, as before, and says so in a note.
 """
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -42,6 +59,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from fractions import Fraction
 from typing import Any, Sequence
 
 import apache_beam as beam
@@ -49,7 +67,9 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from apache_beam.transforms.window import GlobalWindows
 
 from accounting.events import Composed
-from accounting.ledger import Ledger, LedgerError, resolve_url
+from accounting.ledger import (
+    Ledger, LedgerError, Periods, duration_text, instant_text, on_period_boundary, resolve_url,
+)
 from connectors.beam_io import ReadEvents
 from connectors.errors import InputError
 from connectors.readers import check_input
@@ -156,6 +176,8 @@ def run(
         debit = _debit(job, job_plan, url, started_at, records)
         timings["debit_s"] = time.perf_counter() - tick
         log(debit["message"])
+        if debit["note"]:
+            log(debit["note"])
 
         tick = time.perf_counter()
         if is_local(output_dir):
@@ -294,13 +316,56 @@ def _seal(states: list, path: str) -> None:
         json.dump(states[0], handle)
 
 
+def scope_periods(job: Job, job_plan: JobPlan, view: dict[str, Any]) -> tuple[Periods | None, str | None]:
+    """(the periods to charge, a note for the log) for the job on the scope `view` (`Ledger.show`).
+
+    A plain scope: (None, None), or a note when the job has a unit_period (its one budget is debited by
+    every run). A period scope: the periods the job's windows overlap, after checking that the job has
+    the scope's unit_period, no svt release and a window.start on the period grid; else a RunError
+    (exit 2), before any debit.
+    """
+    scope, period, unit = job.privacy.scope, view.get("unit_period"), job.privacy.unit_period
+    if period is None:
+        if unit is None:
+            return None, None
+        return None, (f"note: scope {scope!r} has one budget for all its releases, so every run of this user x "
+                      f"{duration_text(unit)} job debits it, whichever periods it covers; a scope created with "
+                      f"`dpstream budget init ... --unit-period {duration_text(unit)}` holds a budget per period")
+    where = f"{job.source}: budget scope {scope!r} has a budget per {duration_text(period)} period"
+    monitors = [m.name for m in job_plan.monitors()]
+    if monitors:
+        raise RunError(f"{where}, which svt releases ({', '.join(monitors)}) cannot use: a monitor's sealed state "
+                       f"runs on across runs and periods while its budget is debited once; use a scope without a "
+                       f"unit period for them; nothing was debited")
+    if unit is None:
+        raise RunError(f"{where}, but the job has no [privacy] unit_period: its privacy unit is a user over the whole "
+                       f"window range, which a per-period budget does not cover; set unit_period = "
+                       f"\"{duration_text(period)}\" or use a scope without a unit period; nothing was debited")
+    if unit != period:
+        raise RunError(f"{where} ({period} s), but [privacy] unit_period is {duration_text(unit)} ({unit:g} s); "
+                       f"they must be equal; nothing was debited")
+    window = job.window
+    if not on_period_boundary(window.start, period):
+        holding = math.floor(Fraction(window.start) / period) * period
+        raise RunError(f"{where}: window.start {instant_text(window.start)} is not on its period grid (periods start "
+                       f"at whole multiples of {period} s since 1970-01-01T00:00:00Z; the period holding it starts "
+                       f"{instant_text(holding)}); nothing was debited")
+    try:
+        # Every record the job reads lies in one of its windows; the last window may end after window.end.
+        return Periods.overlapping(window.start, window.bounds(window.count - 1)[1], period), None
+    except LedgerError as err:
+        raise RunError(f"{where}: {err}; nothing was debited") from err
+
+
 def _debit(job: Job, job_plan: JobPlan, url: str, started_at: str,
            records: dict[str, dict[str, Any] | None]) -> dict[str, Any]:
     scope = job.privacy.scope
+    per_period = "" if job.privacy.unit_period is None else f" --unit-period {duration_text(job.privacy.unit_period)}"
     create_hint = (
         f"create it with `dpstream budget init --ledger {url} --scope {scope} --epsilon EPSILON --delta DELTA "
-        f"--filter approx:release_delta={job.privacy.delta!r}` (one run of this job spends "
-        f"epsilon={job.privacy.epsilon:g}, delta={job.privacy.delta:g})"
+        f"--filter approx:release_delta={job.privacy.delta!r}{per_period}` (one run of this job spends "
+        f"epsilon={job.privacy.epsilon:g}, delta={job.privacy.delta:g}"
+        + (" per period)" if per_period else ")")
     )
     continued = frozenset(name for name, record in records.items() if record is not None)
     event = Composed(tuple(job_plan.events(continued)))
@@ -309,13 +374,14 @@ def _debit(job: Job, job_plan: JobPlan, url: str, started_at: str,
     try:
         with Ledger(url) as ledger:
             try:
-                ledger.show(scope)
+                view = ledger.show(scope)
             except LedgerError as err:
                 raise RunError(f"budget scope {scope!r} is not in ledger {ledger.display_url}; {create_hint}") from err
+            periods, note = scope_periods(job, job_plan, view)
             if monitors:
                 result = ledger.spend_and_check_out(scope, event, label, monitors)
             else:
-                result = ledger.spend(scope, event, label)
+                result = ledger.spend(scope, event, label, periods)
             after = ledger.show(scope) if result.admitted else None
             display_url = ledger.display_url
     except LedgerError as err:
@@ -330,6 +396,8 @@ def _debit(job: Job, job_plan: JobPlan, url: str, started_at: str,
         "message": result.message,
         "event": event,
         "scope_after": after,
+        "periods": periods,
+        "note": note,
     }
 
 

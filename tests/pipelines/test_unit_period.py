@@ -114,3 +114,144 @@ name = "h"
     path.write_text(path.read_text().replace('unit_period = "1d"', 'unit_period = "soon"'))
     with pytest.raises(jobfile.JobFileError, match=r"privacy.unit_period must be a positive duration .* got 'soon'"):
         jobfile.load(str(path))
+
+
+# -- period scopes in the runner -----------------------------------------------------------------
+
+PERIOD_JOB = """
+[input]
+format = "csv"
+path = "events.csv"
+user = "user"
+timestamp = "time"
+partition = "dest"
+partitions = ["A", "B", "C"]
+timezone = "{timezone}"
+[window]
+size = "{size}"
+start = {start}
+end = {end}
+[privacy]
+scope = "daily"
+epsilon = 4.0
+delta = 1e-6
+max_partitions = 2
+{unit}
+[[release]]
+kind = "histogram"
+name = "hist"
+{extra}
+[output]
+format = "jsonl"
+[beam]
+seed = 3
+"""
+
+
+def _period_job(tmp_path, start="2013-01-01", end="2013-01-04", size="1d", unit='unit_period = "1d"',
+                timezone="UTC", extra=""):
+    lines = ["user,time,dest"] + [f"u{u},2013-01-0{d}T{10 + u}:00:00Z,{'AB'[u % 2]}" for d in range(1, 7) for u in range(6)]
+    (tmp_path / "events.csv").write_text("\n".join(lines) + "\n")
+    path = tmp_path / "job.toml"
+    path.write_text(PERIOD_JOB.format(start=start, end=end, size=size, unit=unit, timezone=timezone, extra=extra))
+    return jobfile.load(str(path))
+
+
+def _scope(tmp_path, unit_period=DAY):
+    from accounting.ledger import Ledger
+
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    with Ledger(url, create=True) as ledger:
+        ledger.init_scope("daily", 4.0, 1e-6, "approx:release_delta=1e-6", unit_period=unit_period)
+    return url
+
+
+def _history(url):
+    from accounting.ledger import Ledger
+
+    with Ledger(url) as ledger:
+        return ledger.history("daily"), ledger.show("daily")
+
+
+@pytest.mark.parametrize("start, end, size, first_day, days", [
+    ("2013-01-01", "2013-01-04", "1d", 0, 3),
+    ("2013-01-01", "2013-01-03T12:00:00", "1d", 0, 3),  # the last window [01-03, 01-04) is read whole
+    ("2013-01-02", "2013-01-03T06:00:00", "6h", 1, 2),  # five 6h windows, the last in day 2
+    ("2013-01-02T00:00:00+00:00", "2013-01-02T01:00:00+00:00", "1h", 1, 1),
+])
+def test_a_job_is_charged_to_every_period_its_windows_overlap(tmp_path, start, end, size, first_day, days):
+    from accounting.ledger import Periods
+    from pipelines import runner
+
+    job = _period_job(tmp_path, start=start, end=end, size=size)
+    periods, note = runner.scope_periods(job, runner.plan(job), {"unit_period": DAY})
+    assert note is None
+    assert periods == Periods(DAY, START // DAY + first_day, START // DAY + first_day + days - 1)
+
+
+@pytest.mark.parametrize("kwargs, scope_period, message", [
+    (dict(timezone="America/New_York"), DAY,
+     r"job.toml: budget scope 'daily' has a budget per 1d period: window.start 2013-01-01T05:00:00Z is not on "
+     r"its period grid \(periods start at whole multiples of 86400 s since 1970-01-01T00:00:00Z; the period holding "
+     r"it starts 2013-01-01T00:00:00Z\); nothing was debited"),
+    (dict(start="2013-01-01T06:00:00", size="6h"), DAY, r"window.start 2013-01-01T06:00:00Z is not on its period grid"),
+    (dict(), 6 * 3600,
+     r"budget per 6h period \(21600 s\), but \[privacy\] unit_period is 1d \(86400 s\); they must be equal; "
+     r"nothing was debited"),
+    (dict(unit=""), DAY,
+     r"budget per 1d period, but the job has no \[privacy\] unit_period: its privacy unit is a user over the whole "
+     r"window range, which a per-period budget does not cover; set unit_period = \"1d\""),
+    (dict(extra='[[release]]\nkind = "svt"\nname = "alerts"\nmetric = "count"\nmaximum = 10000\nthreshold = 0.5\n'
+                'sigma_threshold = 0.05'), DAY,
+     r"budget per 1d period, which svt releases \(alerts\) cannot use: a monitor's sealed state runs on across runs"),
+])
+def test_period_scope_mismatches_stop_the_run_before_any_debit(tmp_path, kwargs, scope_period, message):
+    from pipelines import runner
+
+    job = _period_job(tmp_path, **kwargs)
+    url = _scope(tmp_path, scope_period)
+    with pytest.raises(runner.RunError, match=message) as caught:
+        runner.run(job, str(tmp_path / "out"), url, log=lambda _: None)
+    assert caught.value.exit_code == 2
+    history, view = _history(url)
+    assert history == [] and view["periods_spent"] == 0 and view["state"]["periods_halted"] == 0
+    assert not (tmp_path / "out").exists()
+
+
+def test_period_runs_renew_the_budget_and_a_rerun_is_refused(tmp_path):
+    """Runner level: days 1-3 then 4-6 are both admitted on a period scope (one run per day fits), days 3-5 are
+    refused with nothing debited; the report says which periods were charged."""
+    from pipelines import runner
+
+    url = _scope(tmp_path)
+    logs = []
+    first = runner.run(_period_job(tmp_path), str(tmp_path / "a"), url, log=logs.append)
+    second = runner.run(_period_job(tmp_path, start="2013-01-04", end="2013-01-07"), str(tmp_path / "b"), url,
+                        log=logs.append)
+    assert "periods 2013-01-04T00:00:00Z..2013-01-07T00:00:00Z (3 periods of 1d)" in logs[1]
+    assert first.report["budget"]["periods"] == {"period_s": DAY, "start": "2013-01-01T00:00:00Z",
+                                                 "end": "2013-01-04T00:00:00Z", "count": 3}
+    assert second.report["budget"]["scope_after"]["periods_spent"] == 6
+    assert "this debit was charged to each period the job's windows overlap: 2013-01-04T00:00:00Z to " \
+           "2013-01-07T00:00:00Z (3 periods of 1d)" in (tmp_path / "b" / "report.md").read_text()
+    before = _history(url)
+    with pytest.raises(runner.RunError, match=r"in 3 of its 3 periods .* nothing was read or written") as caught:
+        runner.run(_period_job(tmp_path, start="2013-01-03", end="2013-01-06"), str(tmp_path / "c"), url,
+                   log=logs.append)
+    assert caught.value.exit_code == 3 and _history(url) == before and not (tmp_path / "c").exists()
+
+
+def test_a_unit_period_job_on_a_plain_scope_debits_it_and_says_so(tmp_path):
+    from accounting.ledger import Ledger
+    from pipelines import runner
+
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    with Ledger(url, create=True) as ledger:
+        ledger.init_scope("daily", 8.0, 2e-6, "approx:release_delta=1e-6")
+    logs = []
+    outcome = runner.run(_period_job(tmp_path), str(tmp_path / "out"), url, log=logs.append)
+    assert logs[1].startswith("note: scope 'daily' has one budget for all its releases, so every run of this user x "
+                              "1d job debits it") and "--unit-period 1d" in logs[1]
+    assert outcome.report["budget"]["note"] == logs[1] and outcome.report["budget"]["periods"] is None
+    with Ledger(url) as ledger:
+        assert ledger.show("daily")["state"]["spent_delta"] == pytest.approx(1e-6)
