@@ -21,7 +21,7 @@ from accounting.event_spec import KINDS, parse_event
 from accounting.events import InvalidEventError, SelfComposed
 from accounting.filters import SCOPE_FILTERS
 from accounting.ledger import DEFAULT_URL, LEDGER_ENV, Ledger, LedgerError, Periods, duration_text
-from pipelines.jobfile import _DURATION, _UNITS  # the job file's duration grammar ("1d", "6h", ...)
+from pipelines.jobfile import duration_seconds  # the job file's duration grammar ("1d", "6h", ...)
 
 EXIT_REFUSED = 3
 EXIT_ERROR = 2
@@ -120,13 +120,12 @@ def _reports(*errors: type[Exception]):
 
 def parse_duration(text: str) -> float:
     """Seconds from "1d", "6h", "30m", "90s", "2w" (the job file's grammar) or a number of seconds."""
-    match = _DURATION.match(text)
-    if match:
-        return float(match.group(1)) * _UNITS[match.group(2)]
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = math.nan
+    seconds = duration_seconds(text)
+    if math.isnan(seconds):
+        try:
+            seconds = float(text)
+        except ValueError:
+            seconds = math.nan
     if not (math.isfinite(seconds) and seconds > 0):
         raise LedgerError(f"--unit-period must be a positive duration such as \"1d\", \"6h\", \"30m\" or seconds, "
                           f"got {text!r}")

@@ -50,8 +50,18 @@ REQUIRED = {
 }
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")  # gs://bucket/dir, s3://..., hdfs://...: kept as given
+
+
+def duration_seconds(value) -> float:
+    """Seconds from a number or a string like "1d", "6h", "30m", "90s", "2w"; NaN when it is neither."""
+    if isinstance(value, str) and (match := _DURATION.match(value)):
+        return float(match.group(1)) * _UNITS[match.group(2)]
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return math.nan
 
 
 class JobFileError(ValueError):
@@ -401,12 +411,7 @@ class _Checker:
         value = self._get(table, where, key, default)
         if value is None and default is None:
             return None
-        if isinstance(value, str) and (match := _DURATION.match(value)):
-            seconds = float(match.group(1)) * _UNITS[match.group(2)]
-        elif isinstance(value, (int, float)) and not isinstance(value, bool):
-            seconds = float(value)
-        else:
-            seconds = math.nan
+        seconds = duration_seconds(value)
         if not (math.isfinite(seconds) and seconds > 0):
             self.fail(f"{where}.{key} must be a positive duration such as \"1d\", \"6h\", \"30m\" or seconds, got {value!r}")
         return seconds
