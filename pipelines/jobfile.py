@@ -50,7 +50,6 @@ REQUIRED = {
 }
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
-
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")  # gs://bucket/dir, s3://..., hdfs://...: kept as given
 
