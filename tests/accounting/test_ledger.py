@@ -8,7 +8,6 @@ that is dropped afterwards.
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import signal
 import subprocess
@@ -23,6 +22,7 @@ import sqlalchemy as sa
 from accounting.events import Gaussian, PureDP, SelfComposed
 from accounting.filters import PureDPFilter
 from accounting.ledger import DEBIT_HOOK_ENV, Ledger, LedgerError
+from tests.accounting.ledger_race import race
 
 REPO = Path(__file__).resolve().parents[2]
 PG_HOST, PG_PORT, PG_DATABASE = "127.0.0.1", 5432, "test"
@@ -181,15 +181,7 @@ def test_racing_spends_never_overdraw(ledger_url):
     sequential = PureDPFilter(BUDGET)
     expected = sum(sequential.try_spend(PureDP(COST)) for _ in range(WORKERS * SPENDS))
     assert expected == 50
-    context = multiprocessing.get_context("fork")
-    queue = context.Queue()
-    processes = [context.Process(target=_race_worker, args=(ledger_url, scope, w, queue)) for w in range(WORKERS)]
-    for process in processes:
-        process.start()
-    counts = [queue.get(timeout=120) for _ in processes]
-    for process in processes:
-        process.join(timeout=60)
-        assert process.exitcode == 0
+    counts = race(_race_worker, ledger_url, scope, WORKERS, timeout=120)
     assert sum(counts) == expected
     with Ledger(ledger_url) as ledger:
         view = ledger.show(scope)

@@ -6,7 +6,6 @@ and fail instead when CI=true.
 """
 from __future__ import annotations
 
-import multiprocessing
 import os
 import random
 import signal
@@ -22,6 +21,7 @@ import sqlalchemy as sa
 from accounting.events import Gaussian, PureDP, SelfComposed
 from accounting.filters import PureDPFilter
 from accounting.ledger import DEBIT_HOOK_ENV, MAX_PERIODS_PER_SPEND, Ledger, LedgerError, Periods
+from tests.accounting.ledger_race import race
 from tests.accounting.test_ledger import (  # noqa: F401  (fixtures)
     REPO,
     _scope_name,
@@ -218,15 +218,7 @@ def test_racing_spends_on_overlapping_periods_never_overdraw(ledger_url):
     scope = _scope_name()
     with Ledger(ledger_url, create=True) as ledger:
         ledger.init_scope(scope, 1.0, 0.0, unit_period=DAY)
-    context = multiprocessing.get_context("fork")
-    queue = context.Queue()
-    processes = [context.Process(target=_race_worker, args=(ledger_url, scope, w, queue)) for w in range(WORKERS)]
-    for process in processes:
-        process.start()
-    counts = [queue.get(timeout=180) for _ in processes]
-    for process in processes:
-        process.join(timeout=60)
-        assert process.exitcode == 0
+    counts = race(_race_worker, ledger_url, scope, WORKERS, timeout=180)
     with Ledger(ledger_url) as ledger:
         history = ledger.history(scope)
         states = {p["period"]: p for p in ledger.period_states(scope)}
