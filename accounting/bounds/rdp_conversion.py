@@ -106,5 +106,7 @@ def renyi_epsilon(curve: Curve, delta: float) -> float:
 
 def renyi_log_delta(curve: Curve, epsilon: float) -> float:
     """log of the smallest delta the conversion certifies at `epsilon` (at most 0)."""
+    if epsilon == math.inf:  # every Renyi-bounded pair is (inf, 0)-DP
+        return -math.inf
     best = _minimise_over_orders(lambda gaps: log_delta_at_orders(curve(gaps), gaps, epsilon))
     return min(0.0, best)
