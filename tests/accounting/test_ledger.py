@@ -9,22 +9,16 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
-import time
 import uuid
-from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 
 from accounting.events import Gaussian, PureDP, SelfComposed
 from accounting.filters import PureDPFilter
-from accounting.ledger import DEBIT_HOOK_ENV, Ledger, LedgerError
-from tests.accounting.ledger_race import race
+from accounting.ledger import Ledger, LedgerError
+from tests.accounting.ledger_race import kill_inside_debit, race
 
-REPO = Path(__file__).resolve().parents[2]
 PG_HOST, PG_PORT, PG_DATABASE = "127.0.0.1", 5432, "test"
 
 
@@ -199,18 +193,7 @@ def test_sigkill_mid_debit_leaves_a_consistent_ledger(ledger_url, tmp_path):
         ledger.init_scope(scope, 1.0, 0.0)
         ledger.spend(scope, PureDP(0.25), "before")
         before = ledger.show(scope)
-    marker = tmp_path / "inside-debit"
-    env = {**os.environ, DEBIT_HOOK_ENV: str(marker), "PYTHONPATH": str(REPO)}
-    command = [sys.executable, "-m", "pipelines.cli", "budget", "spend", "--ledger", ledger_url,
-               "--scope", scope, "--event", "pure:epsilon=0.5", "--label", "killed"]
-    process = subprocess.Popen(command, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 60
-    while not marker.exists():
-        assert process.poll() is None, process.stderr.read().decode()
-        assert time.monotonic() < deadline, "the debit never reached the test hook"
-        time.sleep(0.05)
-    process.send_signal(signal.SIGKILL)
-    process.wait(timeout=30)
+    kill_inside_debit(tmp_path, ledger_url, scope)
     with Ledger(ledger_url) as ledger:
         assert ledger.show(scope) == before
         assert [r.label for r in ledger.history(scope)] == ["before"]

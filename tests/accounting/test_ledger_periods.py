@@ -6,13 +6,8 @@ and fail instead when CI=true.
 """
 from __future__ import annotations
 
-import os
 import random
-import signal
 import sqlite3
-import subprocess
-import sys
-import time
 from fractions import Fraction
 
 import pytest
@@ -20,10 +15,9 @@ import sqlalchemy as sa
 
 from accounting.events import Gaussian, PureDP, SelfComposed
 from accounting.filters import PureDPFilter
-from accounting.ledger import DEBIT_HOOK_ENV, MAX_PERIODS_PER_SPEND, Ledger, LedgerError, Periods
-from tests.accounting.ledger_race import race
+from accounting.ledger import MAX_PERIODS_PER_SPEND, Ledger, LedgerError, Periods
+from tests.accounting.ledger_race import kill_inside_debit, race
 from tests.accounting.test_ledger import (  # noqa: F401  (fixtures)
-    REPO,
     _scope_name,
     ledger_url,
     postgres_url,
@@ -246,18 +240,7 @@ def test_sigkill_mid_period_debit_leaves_nothing(ledger_url, tmp_path):
         ledger.init_scope(scope, 1.0, 0.0, unit_period=DAY)
         ledger.spend(scope, PureDP(0.25), "before", _days(1, 1))
         before = _snapshot(ledger, scope)
-    marker = tmp_path / "inside-debit"
-    env = {**os.environ, DEBIT_HOOK_ENV: str(marker), "PYTHONPATH": str(REPO)}
-    command = [sys.executable, "-m", "pipelines.cli", "budget", "spend", "--ledger", ledger_url, "--scope", scope,
-               "--event", "pure:epsilon=0.5", "--label", "killed", "--periods", "2013-01-01..2013-01-04"]
-    process = subprocess.Popen(command, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 60
-    while not marker.exists():
-        assert process.poll() is None, process.stderr.read().decode()
-        assert time.monotonic() < deadline, "the debit never reached the test hook"
-        time.sleep(0.05)
-    process.send_signal(signal.SIGKILL)
-    process.wait(timeout=30)
+    kill_inside_debit(tmp_path, ledger_url, scope, "--periods", "2013-01-01..2013-01-04")
     with Ledger(ledger_url) as ledger:
         assert _snapshot(ledger, scope) == before  # no period row, release or release period was kept
         assert ledger.spend(scope, PureDP(0.75), "after", _days(0, 3)).admitted  # lock released, budgets intact
