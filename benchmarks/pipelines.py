@@ -19,19 +19,22 @@ Gaussian noise for the count). PipelineDP runs the three aggregations in one
 DPEngine with one PLDBudgetAccountant, which composes them by privacy loss
 distributions; dpstream plans them with `plan_job`. Bounds: at most 5
 destinations per aircraft-day (no aircraft flies to more in one day, so no
-partition is ever dropped) and 2 departures per destination, so the true
-bounded counts are the same deterministic table for both systems: sum over
-aircraft-days of min(departures, 2). Units:
+partition is ever dropped) and 2 departures per destination (one scenario: 1,
+the demo's bound), so the true bounded counts are the same deterministic table
+for both systems: sum over aircraft-days of min(departures, bound). Units:
 - aircraft-day (`unit_period` 1 day): PipelineDP privacy id (tailnum, day);
 - aircraft over the year: dpstream bounds per day and composes the 365
   windows; PipelineDP bounds per aircraft over the year with
   max_partitions_contributed = 5 x 365 (the same L2 sensitivity as 365
   windows of sqrt(5) x 2) and max_contributions_per_partition = 2.
 Scenarios: aircraft-day at epsilon 1 and 8 (8: enough for unknown partitions
-to appear), aircraft-year at epsilon 1; delta 1e-6 throughout. dpstream runs
-twice: with its default weights (equal zCDP shares) and with the weights at
-which its three noise levels stand in PipelineDP's ratios (`matched_weights`),
-so the second run answers "same budget split, less noise?" release by release.
+to appear; at 8 also with 1 departure per destination, where a unit adds at
+most 1 to a count, as to PipelineDP's distinct-unit selection count),
+aircraft-year at epsilon 1; delta 1e-6 throughout. dpstream runs
+twice: with its default weights (equal zCDP shares) and with PipelineDP's own
+split of the budget (`matched_weights`: each release gets the zCDP cost
+PipelineDP spends on it, selection mechanism included), so the second run
+answers "same budget per release, less error?" release by release.
 RMSE per release is over all (day, dest) cells (unknown partitions: the cells
 with a departure or a released value; a missing cell counts 0) against the
 bounded and against the raw counts.
@@ -72,13 +75,15 @@ YEAR_START = 1356998400  # 2013-01-01T00:00:00Z
 DEMO_BOUNDS = ContributionBounds(max_partitions=2, max_contributions=1)  # examples/flights.toml
 DEMO_EPSILON = 2.0
 ACCURACY_BOUNDS = ContributionBounds(max_partitions=5, max_contributions=2)
+DEMO_PER_PARTITION_BOUNDS = ContributionBounds(max_partitions=5, max_contributions=1)
 DELTA = 1e-6
 SCALING_EPSILON = 1.0
 ACCURACY_RELEASES = ("gaussian", "laplace", "unknown")
-ACCURACY_SCENARIOS = (  # (label, unit period, epsilon)
-    ("aircraft-day, epsilon 1", DAY, 1.0),
-    ("aircraft-year, epsilon 1", None, 1.0),
-    ("aircraft-day, epsilon 8", DAY, 8.0),
+ACCURACY_SCENARIOS = (  # (label, unit period, epsilon, bounds)
+    ("aircraft-day, epsilon 1", DAY, 1.0, ACCURACY_BOUNDS),
+    ("aircraft-year, epsilon 1", None, 1.0, ACCURACY_BOUNDS),
+    ("aircraft-day, epsilon 8", DAY, 8.0, ACCURACY_BOUNDS),
+    ("aircraft-day, epsilon 8, 1 departure per destination", DAY, 8.0, DEMO_PER_PARTITION_BOUNDS),
 )
 
 
@@ -98,15 +103,14 @@ def flights_table(directory: str) -> dict:
     pq.write_table(pa.Table.from_pandas(table, preserve_index=False), path, row_group_size=65536)
     per_unit = table.groupby(["user", "day", "partition"]).size()
     most = int(per_unit.groupby(level=[0, 1]).size().max())
-    if most > ACCURACY_BOUNDS.max_partitions:
+    if most > min(bounds.max_partitions for *_, bounds in ACCURACY_SCENARIOS):
         raise RuntimeError(f"an aircraft-day has {most} destinations; the accuracy bounds assume none drops any")
-    bounded = per_unit.clip(upper=ACCURACY_BOUNDS.max_contributions).groupby(level=[1, 2]).sum()
     return {
         "path": path,
         "window": WindowSpec(size=DAY, start=YEAR_START, end=YEAR_START + days * DAY),
         "partitions": tuple(sorted(table["partition"].unique())),
         "raw": {(int(d), p): int(n) for (d, p), n in table.groupby(["day", "partition"]).size().items()},
-        "bounded": {(int(d), p): int(n) for (d, p), n in bounded.items()},
+        "per_unit": per_unit,
         "events": int(len(table)),
     }
 
@@ -147,8 +151,12 @@ def dpstream_releases(data: dict, releases, bounds, epsilon, unit_period, direct
     return seconds, cells, {r.name: r.noise_stddev for r in plan.releases}
 
 
-def pipelinedp_releases(data: dict, kinds, bounds, epsilon, unit_period, directory) -> tuple[float, dict, dict]:
-    """(seconds, release -> {(day, dest): value}, release -> noise stddev) of the same releases in one PipelineDP engine.
+def pipelinedp_releases(data: dict, kinds, bounds, epsilon, unit_period, directory) -> tuple[float, dict, dict, dict]:
+    """(seconds, release -> {(day, dest): value}, release -> noise stddev, release -> cost factor) in one PipelineDP engine.
+
+    The cost factor is 1 + (count multiplier / selection multiplier)^2 for a release over unknown partitions
+    (PipelineDP runs a separate Gaussian-thresholding selection mechanism besides the noisy count) and 1
+    otherwise: the release's zCDP cost relative to its count mechanism alone.
 
     kinds: release name -> (noise kind, public partitions or not). unit_period DAY: privacy id (tailnum, day) and
     the per-day bounds; None: privacy id tailnum, bounds over the year (max_partitions x 365 windows).
@@ -159,7 +167,7 @@ def pipelinedp_releases(data: dict, kinds, bounds, epsilon, unit_period, directo
     public = [(day, dest) for day in range(days) for dest in data["partitions"]]
     per_day = unit_period is not None
     max_partitions = bounds.max_partitions if per_day else bounds.max_partitions * days
-    specs = {}
+    specs, factors = {}, {}
 
     def build(pipeline):
         accountant = pipeline_dp.PLDBudgetAccountant(total_epsilon=epsilon, total_delta=DELTA)
@@ -180,15 +188,17 @@ def pipelinedp_releases(data: dict, kinds, bounds, epsilon, unit_period, directo
         accountant.compute_budgets()
         sensitivity = {"gaussian": math.sqrt(max_partitions) * bounds.max_contributions,
                        "laplace": max_partitions * bounds.max_contributions}
-        for spec, (name, (noise, _)) in zip(_count_specs(accountant), kinds.items()):
+        selections = iter(spec for spec in accountant.mechanism_specs if spec.name == "PartitionSelection")
+        for spec, (name, (noise, known)) in zip(_count_specs(accountant), kinds.items()):
             specs[name] = spec.noise_standard_deviation * sensitivity[noise]
+            factors[name] = 1.0 if known else 1.0 + (spec.noise_standard_deviation / next(selections).noise_standard_deviation) ** 2
         return tuple(outputs) | "All releases" >> beam.Flatten()
 
     seconds, rows = _run(build, directory)
     cells = {name: {} for name in kinds}
     for name, day, dest, value in rows:
         cells[name][(int(day), dest)] = value
-    return seconds, cells, specs
+    return seconds, cells, specs, factors
 
 
 def _count_specs(accountant) -> list:
@@ -201,30 +211,37 @@ def accuracy(cells: dict, truth: dict, domain) -> float:
     return float(np.sqrt(np.mean(np.square(errors))))
 
 
-def matched_weights(releases, noise_stddev: dict, bounds: ContributionBounds) -> tuple[ReleaseSpec, ...]:
-    """The releases with weights (zCDP shares, accounting.calibrate) at which dpstream's noise is PipelineDP's up to one factor.
+def matched_weights(releases, noise_stddev: dict, factors: dict, bounds: ContributionBounds) -> tuple[ReleaseSpec, ...]:
+    """The releases with weights (zCDP shares, accounting.calibrate) equal to PipelineDP's split of the budget.
 
-    A release's weight is its zCDP cost per window at PipelineDP's standard
-    deviation: (L1 / b)^2 / 2 for Laplace (b = stddev / sqrt 2), (L2 / sigma)^2 / 2
-    otherwise; every release runs once per window, so the window count cancels.
-    Calibration scales all shares by one factor, so dpstream then splits the
-    budget exactly as PipelineDP did and any gain shows in every release at once.
+    A release's weight is what PipelineDP spends on it, in zCDP per window:
+    (L1 / b)^2 / 2 for Laplace (b = stddev / sqrt 2), (L2 / sigma)^2 / 2 for a
+    Gaussian count, times the cost factor (its separate selection mechanism,
+    `pipelinedp_releases`); every release runs once per window, so the window
+    count cancels. dpstream then spends on each release what PipelineDP spent
+    on it, and any gain shows release by release.
     """
     def cost(spec: ReleaseSpec) -> float:
         stddev = noise_stddev[spec.name]
         if spec.noise == "laplace" and spec.partitions is not None:
             return (bounds.l1 * math.sqrt(2.0) / stddev) ** 2 / 2
-        return (bounds.l2 / stddev) ** 2 / 2
+        return factors[spec.name] * (bounds.l2 / stddev) ** 2 / 2
 
     largest = max(cost(spec) for spec in releases)
     return tuple(dataclasses.replace(spec, weight=cost(spec) / largest) for spec in releases)
 
 
-def _release_rows(data: dict, cells: dict, noise: dict, known: bool, name: str) -> dict:
+def bounded_counts(data: dict, bounds: ContributionBounds) -> dict:
+    """(day, dest) -> sum over aircraft-days of min(departures, max_contributions): the exact bounded counts."""
+    bounded = data["per_unit"].clip(upper=bounds.max_contributions).groupby(level=[1, 2]).sum()
+    return {(int(d), p): int(n) for (d, p), n in bounded.items()}
+
+
+def _release_rows(data: dict, bounded: dict, cells: dict, noise: dict, known: bool, name: str) -> dict:
     released = cells[name]
     domain = data["known_domain"] if known else sorted(set(data["raw"]) | set(released))
     row = {"noise_stddev": noise[name],
-           "rmse_vs_bounded": accuracy(released, data["bounded"], domain),
+           "rmse_vs_bounded": accuracy(released, bounded, domain),
            "rmse_vs_raw": accuracy(released, data["raw"], domain),
            "cells_released": len(released)}
     if not known:
@@ -244,28 +261,27 @@ def accuracy_benchmark(data: dict, directory: str, scenarios=ACCURACY_SCENARIOS)
     kinds = {"gaussian": ("gaussian", True), "laplace": ("laplace", True), "unknown": ("gaussian", False)}
     data = {**data, "known_domain": [(day, dest) for day in range(data["window"].count) for dest in partitions]}
     results = {}
-    for label, unit_period, epsilon in scenarios:
-        pipelinedp = pipelinedp_releases(data, kinds, ACCURACY_BOUNDS, epsilon, unit_period, directory)
-        matched = matched_weights(releases, pipelinedp[2], ACCURACY_BOUNDS)
-        runs = {"pipelinedp": pipelinedp,
-                "dpstream": dpstream_releases(data, releases, ACCURACY_BOUNDS, epsilon, unit_period, directory),
-                "dpstream_matched": dpstream_releases(data, matched, ACCURACY_BOUNDS, epsilon, unit_period, directory)}
+    for label, unit_period, epsilon, bounds in scenarios:
+        pipelinedp = pipelinedp_releases(data, kinds, bounds, epsilon, unit_period, directory)
+        matched = matched_weights(releases, pipelinedp[2], pipelinedp[3], bounds)
+        runs = {"pipelinedp": pipelinedp[:3],
+                "dpstream": dpstream_releases(data, releases, bounds, epsilon, unit_period, directory),
+                "dpstream_matched": dpstream_releases(data, matched, bounds, epsilon, unit_period, directory)}
+        bounded = bounded_counts(data, bounds)
         entry = {"unit": "aircraft-day" if unit_period else "aircraft over 365 days", "epsilon": epsilon,
+                 "bounds": {"max_partitions_per_day": bounds.max_partitions, "max_contributions": bounds.max_contributions},
+                 "bounded_departures": int(sum(bounded.values())),
                  "seconds": {system: run[0] for system, run in runs.items()},
                  "matched_weights": {spec.name: spec.weight for spec in matched}, "releases": {}}
         for name in ACCURACY_RELEASES:
-            row = {system: _release_rows(data, cells, noise, kinds[name][1], name)
+            row = {system: _release_rows(data, bounded, cells, noise, kinds[name][1], name)
                    for system, (_, cells, noise) in runs.items()}
             for system in ("dpstream", "dpstream_matched"):
                 row[f"rmse_vs_bounded_ratio_{system}_to_pipelinedp"] = (
                     row[system]["rmse_vs_bounded"] / row["pipelinedp"]["rmse_vs_bounded"])
             entry["releases"][name] = row
         results[label] = entry
-    return {"delta": DELTA,
-            "bounds": {"max_partitions_per_day": ACCURACY_BOUNDS.max_partitions,
-                       "max_contributions": ACCURACY_BOUNDS.max_contributions},
-            "raw_departures": data["events"], "bounded_departures": int(sum(data["bounded"].values())),
-            "scenarios": results}
+    return {"delta": DELTA, "raw_departures": data["events"], "scenarios": results}
 
 
 def speed_benchmark(data: dict, repeats: int, directory: str) -> dict:
