@@ -152,12 +152,13 @@ def gaussian(values, sigma: float, rng: SecureRandom, *, sensitivity: float = 1.
     Privacy: add/remove one privacy unit moves `values` by at most
     `sensitivity` in L2 over at most `max_partitions` coordinates (default: all).
     Event `Gaussian(sigma, sensitivity_grid)`: mu-GDP with mu = sensitivity_grid / sigma,
-    where sensitivity_grid >= sensitivity accounts for rounding to the grid.
-    Proof: Canonne–Kamath–Steinke 2020, Thm 4 (one coordinate) and Thm 14
-    (vectors) give (sensitivity/sigma)^2/2-zCDP up to a term below 1e-100 at
-    sigma >= 2**19 grid steps; the event's exact Gaussian curve is the
-    continuous one, which the grid matches to within the discretisation error
-    argued in docs/proofs/mechanisms.laplace.md.
+    where sensitivity_grid >= sensitivity accounts for rounding to the grid and
+    adds sqrt(max_partitions) grid steps for the noise being discrete.
+    Proof: a discrete Gaussian shifted by an integer vector v is dominated by
+    the continuous Gaussian shifted by ||v||_2 + sqrt(d) grid units (d changed
+    coordinates; docs/proofs/noise.discrete_gaussian_domination.md, from the
+    tail bounds of Canonne–Kamath–Steinke 2020); rounding as in
+    docs/proofs/mechanisms.laplace.md.
     Checks: sigma, sensitivity positive; values finite 1-d.
     Caller must ensure: the sensitivity and max_partitions follow from contribution bounding.
     Numerics: hardened (outputs are multiples of the grid step).

@@ -52,9 +52,9 @@ class TestLaplaceAndGaussian:
         release = gaussian(np.array([3.0, 10.25]), 5.0, SecureRandom(2), sensitivity=2.0, max_partitions=2)
         step = granularity(5.0)
         assert on_grid(release.value, step)
-        # float input: L2 sensitivity grows by at most sqrt(2) grid steps
+        # float input: L2 sensitivity grows by sqrt(2) grid steps for rounding, sqrt(2) for discreteness
         assert isinstance(release.event, Gaussian) and release.event.sigma == 5.0
-        assert 2.0 < release.event.sensitivity <= 2.0 + math.sqrt(2) * step + 1e-15
+        assert 2.0 + math.sqrt(2) * step < release.event.sensitivity <= 2.0 + 2 * math.sqrt(2) * step + 1e-15
         assert "gaussian(sigma=5.0" in release.describe()
 
     def test_float_laplace_sensitivity_counts_all_coordinates_by_default(self):
@@ -186,8 +186,9 @@ class TestGaussianThreshold:
         release = gaussian_threshold(counts, 4.0, 2, SecureRandom(7), delta=1e-8, max_partitions=3)
         indices, values = release.value
         assert list(indices) == [0, 2]  # cutoff 2 + about 4 * 5.9 here
-        assert release.event == GaussianThreshold(4.0, math.sqrt(3) * 2, 1e-8)
         step = release.parameters["granularity"]
+        # integer counts are not rounded; the discrete Gaussian adds sqrt(L0) grid steps (noise.grid_sensitivity)
+        assert release.event == GaussianThreshold(4.0, math.nextafter(math.sqrt(3) * 2 + step * math.sqrt(3), math.inf), 1e-8)
         assert release.parameters["cutoff"] == 2 + selection_margin(4.0 / step, 3, 1e-8) * step
         assert on_grid(values, step) and np.all(values > release.parameters["cutoff"])
 
@@ -276,7 +277,8 @@ class TestCountMLE:
 
     def test_count_mle_release(self):
         release = count_mle(np.array([40, 12, 11, 2]), 3.0, SecureRandom(12), sensitivity=2.0)
-        assert release.event == Gaussian(3.0, 2.0)
+        # integer counts, not rounded; the discrete Gaussian adds sqrt(4) grid steps over the 4 counts
+        assert release.event == Gaussian(3.0, math.nextafter(2.0 + 2 * granularity(3.0), math.inf))
         assert np.all(np.diff(release.value) <= 0) and np.all(release.value >= 0)
         assert release.mechanism == "count_mle"
 
