@@ -54,7 +54,7 @@ class TestLaplaceAndGaussian:
         assert on_grid(release.value, step)
         # float input: L2 sensitivity grows by sqrt(2) grid steps for rounding, sqrt(2) for discreteness
         assert isinstance(release.event, Gaussian) and release.event.sigma == 5.0
-        assert 2.0 + math.sqrt(2) * step < release.event.sensitivity <= 2.0 + 2 * math.sqrt(2) * step + 1e-15
+        assert 2.0 + 2 * math.sqrt(2) * step <= release.event.sensitivity <= 2.0 + 2 * math.sqrt(2) * step + 1e-15
         assert "gaussian(sigma=5.0" in release.describe()
 
     def test_float_laplace_sensitivity_counts_all_coordinates_by_default(self):
