@@ -69,14 +69,14 @@ def adaptive_recursion(mechanisms, eps_g, grid=41):
 
 def mp_thm1(k, eps, eps_g):
     """Kairouz–Oh–Viswanath optimal delta (Cesar–Rogers Thm 1) in mpmath."""
-    mpmath.mp.dps = 60
-    eps, eps_g = mpmath.mpf(eps), mpmath.mpf(eps_g)
-    total = mpmath.mpf(0)
-    for ell in range(k + 1):
-        term = mpmath.exp(ell * eps) - mpmath.exp(eps_g + (k - ell) * eps)
-        if term > 0:
-            total += mpmath.binomial(k, ell) * term
-    return total / (1 + mpmath.exp(eps)) ** k
+    with mpmath.workdps(60):
+        eps, eps_g = mpmath.mpf(eps), mpmath.mpf(eps_g)
+        total = mpmath.mpf(0)
+        for ell in range(k + 1):
+            term = mpmath.exp(ell * eps) - mpmath.exp(eps_g + (k - ell) * eps)
+            if term > 0:
+                total += mpmath.binomial(k, ell) * term
+        return total / (1 + mpmath.exp(eps)) ** k
 
 
 def profile(pure=(), br=(), rho=0.0, zcdp_delta=0.0):
@@ -290,11 +290,12 @@ def test_all_br_setwise_equals_dong_durfee_rogers_corollary_3_1():
 
 
 def test_br_mean_is_accurate_at_both_ends():
-    mpmath.mp.dps = 50
     for alpha in (1e-8, 1e-4, 0.049, 0.051, 0.1, 1.0, 30.0, 200.0):
-        a = mpmath.mpf(alpha)
-        ratio = a / mpmath.expm1(a)
-        assert br_mean(alpha) == pytest.approx(float(ratio - 1 - mpmath.log(ratio)), rel=1e-12)
+        with mpmath.workdps(50):
+            a = mpmath.mpf(alpha)
+            ratio = a / mpmath.expm1(a)
+            reference = float(ratio - 1 - mpmath.log(ratio))
+        assert br_mean(alpha) == pytest.approx(reference, rel=1e-12)
 
 
 # ---------------------------------------------------------------- monotonicity, round trips, scale
