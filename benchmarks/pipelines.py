@@ -75,7 +75,7 @@ YEAR_START = 1356998400  # 2013-01-01T00:00:00Z
 DEMO_BOUNDS = ContributionBounds(max_partitions=2, max_contributions=1)  # examples/flights.toml
 DEMO_EPSILON = 2.0
 ACCURACY_BOUNDS = ContributionBounds(max_partitions=5, max_contributions=2)
-DEMO_PER_PARTITION_BOUNDS = ContributionBounds(max_partitions=5, max_contributions=1)
+DEMO_PER_PARTITION_BOUNDS = dataclasses.replace(ACCURACY_BOUNDS, max_contributions=DEMO_BOUNDS.max_contributions)
 DELTA = 1e-6
 SCALING_EPSILON = 1.0
 ACCURACY_RELEASES = ("gaussian", "laplace", "unknown")
