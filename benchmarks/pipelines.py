@@ -34,7 +34,11 @@ aircraft-year at epsilon 1; delta 1e-6 throughout. dpstream runs
 twice: with its default weights (equal zCDP shares) and with PipelineDP's own
 split of the budget (`matched_weights`: each release gets the zCDP cost
 PipelineDP spends on it, selection mechanism included), so the second run
-answers "same budget per release, less error?" release by release.
+answers "same budget per release, less error?" release by release. dpstream
+clamps released counts at 0 by default (`clamp`); a third dpstream run at
+PipelineDP's split releases unclamped values, and PipelineDP's own output
+clamped after the fact (`pipelinedp_clamped`, no extra run) shows what the
+clamping alone is worth.
 RMSE per release is over all (day, dest) cells (unknown partitions: the cells
 with a departure or a released value; a missing cell counts 0) against the
 bounded and against the raw counts.
@@ -249,6 +253,12 @@ def _release_rows(data: dict, bounded: dict, cells: dict, noise: dict, known: bo
     return row
 
 
+def _clamped(run: tuple[float, dict, dict]) -> tuple[float, dict, dict]:
+    """A run's released counts clamped at 0 after the fact (what dpstream does by default; no new run)."""
+    seconds, cells, noise = run
+    return seconds, {name: {cell: max(value, 0.0) for cell, value in values.items()} for name, values in cells.items()}, noise
+
+
 def accuracy_benchmark(data: dict, directory: str, scenarios=ACCURACY_SCENARIOS) -> dict:
     """The three releases per scenario: PipelineDP, dpstream at default weights and at PipelineDP's budget split.
 
@@ -264,19 +274,22 @@ def accuracy_benchmark(data: dict, directory: str, scenarios=ACCURACY_SCENARIOS)
     for label, unit_period, epsilon, bounds in scenarios:
         pipelinedp = pipelinedp_releases(data, kinds, bounds, epsilon, unit_period, directory)
         matched = matched_weights(releases, pipelinedp[2], pipelinedp[3], bounds)
+        unclamped = tuple(dataclasses.replace(spec, clamp=False) for spec in matched)
         runs = {"pipelinedp": pipelinedp[:3],
+                "pipelinedp_clamped": _clamped(pipelinedp[:3]),
                 "dpstream": dpstream_releases(data, releases, bounds, epsilon, unit_period, directory),
-                "dpstream_matched": dpstream_releases(data, matched, bounds, epsilon, unit_period, directory)}
+                "dpstream_matched": dpstream_releases(data, matched, bounds, epsilon, unit_period, directory),
+                "dpstream_matched_unclamped": dpstream_releases(data, unclamped, bounds, epsilon, unit_period, directory)}
         bounded = bounded_counts(data, bounds)
         entry = {"unit": "aircraft-day" if unit_period else "aircraft over 365 days", "epsilon": epsilon,
                  "bounds": {"max_partitions_per_day": bounds.max_partitions, "max_contributions": bounds.max_contributions},
                  "bounded_departures": int(sum(bounded.values())),
-                 "seconds": {system: run[0] for system, run in runs.items()},
+                 "seconds": {system: run[0] for system, run in runs.items() if system != "pipelinedp_clamped"},
                  "matched_weights": {spec.name: spec.weight for spec in matched}, "releases": {}}
         for name in ACCURACY_RELEASES:
             row = {system: _release_rows(data, bounded, cells, noise, kinds[name][1], name)
                    for system, (_, cells, noise) in runs.items()}
-            for system in ("dpstream", "dpstream_matched"):
+            for system in ("dpstream", "dpstream_matched", "dpstream_matched_unclamped", "pipelinedp_clamped"):
                 row[f"rmse_vs_bounded_ratio_{system}_to_pipelinedp"] = (
                     row[system]["rmse_vs_bounded"] / row["pipelinedp"]["rmse_vs_bounded"])
             entry["releases"][name] = row

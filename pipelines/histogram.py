@@ -12,12 +12,14 @@ Gaussian, GaussianThreshold or delta-approximate zCDP); the run's event is never
 planner sized the noise for grid rounding). Windows compose in the plan.
 Proof: the mechanisms' docstrings; sensitivities from `BoundContributions`.
 Caller must ensure: the partition list is public; `seed` only in tests.
+Released values are clamped to the range a bounded sum can take (counts at 0)
+unless the release sets `clamp = false`: post-processing that never moves a
+value further from the truth (`mechanisms.clamp_to_range`).
 Runtime: one vectorised mechanism call per window.
 """
 from __future__ import annotations
 
 import apache_beam as beam
-import numpy as np
 
 from pipelines import mechanisms
 from pipelines.aggregation import WindowedRelease
@@ -53,10 +55,10 @@ class _HistogramMechanism(beam.DoFn):
     def process(self, element):
         index, sums = element
         partitions, release = histogram_release(self._plan, sums, release_rng(self._seed, self._plan.name, index))
-        values = release.value[1] if self._plan.selects else release.value
+        values = mechanisms.clamp_to_range(release.value[1] if self._plan.selects else release.value, *self._plan.value_range)
         start, end = window_bounds_iso(self._window, index)
         stddev = self._plan.noise_stddev
-        for partition, value in zip(partitions, np.asarray(values, dtype=float)):
+        for partition, value in zip(partitions, values):
             yield {"release": self._plan.name, "window_start": start, "window_end": end,
                    "partition": partition, "value": float(value), "noise_stddev": stddev}
 

@@ -38,7 +38,7 @@ SECTIONS = {
         "unit_period",
     ),
     "release": ("kind", "name", "weight", "noise", "selection", "partitions", "k", "period", "counts", "maximum", "threshold",
-                "sigma_threshold", "sigma_query", "metric", "method", "persist_threshold"),
+                "sigma_threshold", "sigma_query", "metric", "method", "persist_threshold", "clamp"),
     "output": ("path", "format"),
     "beam": ("runner", "seed"),
 }
@@ -261,9 +261,9 @@ def _releases(check: "_Checker", entries: Any, shared: tuple[str, ...] | None) -
         if "selection" in entry and not (kind == "histogram" and partitions is None):
             check.fail(f"{where}.selection applies to histogram releases over unknown partitions (no partitions list), "
                        f"got it on a {kind} release{' with partitions' if partitions is not None else ''}")
-        counts = entry.get("counts", False)
-        if not isinstance(counts, bool):
-            check.fail(f"{where}.counts must be true or false, got {counts!r}")
+        if "clamp" in entry and kind != "histogram":
+            check.fail(f"{where}.clamp applies to histogram releases (topk counts are always made order-consistent and "
+                       f"non-negative), got it on a {kind} release")
         svt = _svt_keys(check, entry, where, kind, maximum)
         weight = check.number(entry, where, "weight", default=1.0)
         if not weight > 0:
@@ -279,7 +279,8 @@ def _releases(check: "_Checker", entries: Any, shared: tuple[str, ...] | None) -
                 partitions=partitions,
                 k=k,
                 period=period,
-                counts=counts,
+                counts=check.flag(entry, where, "counts", default=False),
+                clamp=check.flag(entry, where, "clamp", default=True),
                 maximum=maximum,
                 **svt,
             )
@@ -300,16 +301,13 @@ def _svt_keys(check: "_Checker", entry: dict, where: str, kind: str, maximum: fl
             check.fail(f"{where}.{name} is required for an svt release")
     if not maximum > 0:
         check.fail(f"{where}.maximum must be a positive public normaliser of a window total, got {maximum!r}")
-    persist = entry.get("persist_threshold", False)
-    if not isinstance(persist, bool):
-        check.fail(f"{where}.persist_threshold must be true or false, got {persist!r}")
     return {
         "threshold": check.number(entry, where, "threshold"),
         "sigma_threshold": check.number(entry, where, "sigma_threshold"),
         "sigma_query": check.number(entry, where, "sigma_query", default=None),
         "metric": check.choice(entry, where, "metric", SVT_METRICS, default="count"),
         "method": check.choice(entry, where, "method", SVT_METHODS, default="fsrc"),
-        "persist_threshold": persist,
+        "persist_threshold": check.flag(entry, where, "persist_threshold", default=False),
     }
 
 
@@ -386,6 +384,12 @@ class _Checker:
         value = self._get(table, where, key, default)
         if value not in allowed:
             self.fail(f"{where}.{key} must be one of {', '.join(allowed)}, got {value!r}")
+        return value
+
+    def flag(self, table: dict, where: str, key: str, default: bool) -> bool:
+        value = self._get(table, where, key, default)
+        if not isinstance(value, bool):
+            self.fail(f"{where}.{key} must be true or false, got {value!r}")
         return value
 
     def number(self, table: dict, where: str, key: str, default=_MISSING) -> float | None:

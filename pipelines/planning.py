@@ -136,6 +136,11 @@ def grid_noise(noise: float, sensitivity: float, integral: bool, changed: int, n
     raise PlanningError(f"grid adjustment of noise {noise!r} for sensitivity {sensitivity!r} did not settle")
 
 
+def _value_range(spec: ReleaseSpec, bounds: ContributionBounds) -> tuple[float, float]:
+    """Where a histogram's released values are clamped: the bounded sums' range, or nowhere (`clamp = false`)."""
+    return bounds.sum_range if spec.clamp else (-math.inf, math.inf)
+
+
 def _stddev(mechanism: str, noise: float) -> float:
     return math.sqrt(2.0) * noise if mechanism == "laplace" else noise
 
@@ -145,7 +150,9 @@ class HistogramPlan:
     """A windowed histogram: one noisy value per partition and window.
 
     mechanism: laplace or gaussian (known partitions), gaussian_threshold or truncated_gaussian (unknown);
-    noise: Laplace scale or Gaussian sigma; sensitivity: L1, L2, or tau = Linf (the selection mechanisms).
+    noise: Laplace scale or Gaussian sigma; sensitivity: L1, L2, or tau = Linf (the selection mechanisms);
+    value_range: public interval released values are clamped to (`mechanisms.clamp_to_range`), unbounded
+    when the release asks for unclamped values.
     """
 
     spec: ReleaseSpec
@@ -156,6 +163,7 @@ class HistogramPlan:
     max_partitions: int
     event: Event
     selection_delta: float | None = None
+    value_range: tuple[float, float] = (-math.inf, math.inf)
 
     @property
     def name(self) -> str:
@@ -171,6 +179,14 @@ class HistogramPlan:
         return self.mechanism in SELECTION_MECHANISMS.values()
 
     def describe(self) -> str:
+        lower, upper = self.value_range
+        if lower == -math.inf and upper == math.inf:
+            return self._describe_noise()
+        interval = f"[{lower:g}, {upper:g}]".replace("inf", "infinity")
+        return (f"{self._describe_noise()} Released values are clamped to {interval}, the range a bounded sum can "
+                f"take: no value moves further from the truth, but totals over partitions come out high.")
+
+    def _describe_noise(self) -> str:
         if self.mechanism == "gaussian_threshold":
             return (
                 f"Histogram {self.name!r} over partitions not known in advance, one release per window ({self.runs} "
@@ -492,12 +508,13 @@ def plan_job(
                 sigma = bounds.linf * math.sqrt(bounds.max_partitions / (2.0 * event.rho))
                 sigma, _ = grid_noise(sigma, bounds.linf, integral, changed=1, norm=1)
             planned.append(HistogramPlan(spec, SELECTION_MECHANISMS[spec.selection], windows, sigma, bounds.linf,
-                                         bounds.max_partitions, event, selection_delta))
+                                         bounds.max_partitions, event, selection_delta, _value_range(spec, bounds)))
         elif spec.kind == "histogram":
             norm = 1 if spec.noise == "laplace" else 2
             noise = event.scale if isinstance(event, Laplace) else event.sigma
             noise, _ = grid_noise(noise, event.sensitivity, integral, bounds.max_partitions, norm)
-            planned.append(HistogramPlan(spec, spec.noise, windows, noise, event.sensitivity, bounds.max_partitions, event))
+            planned.append(HistogramPlan(spec, spec.noise, windows, noise, event.sensitivity, bounds.max_partitions, event,
+                                         value_range=_value_range(spec, bounds)))
         elif spec.kind == "topk":
             selection = (spec, windows, event.epsilon, score_range(bounds), SelfComposed(event, spec.k), bounds.max_partitions)
             if spec.counts:

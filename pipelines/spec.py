@@ -134,6 +134,15 @@ class ContributionBounds:
     def l2(self) -> float:
         return math.sqrt(self.max_partitions) * self.linf
 
+    @property
+    def sum_range(self) -> tuple[float, float]:
+        """The interval every bounded per-partition sum lies in, whatever the data.
+
+        A sum of clipped values is >= 0 when min_value >= 0 (counts always) and
+        <= 0 when max_value <= 0; otherwise its sign is open. An empty partition sums to 0.
+        """
+        return (0.0 if self.min_value >= 0 else -math.inf, 0.0 if self.max_value <= 0 else math.inf)
+
 
 @dataclass(frozen=True)
 class ReleaseSpec:
@@ -153,6 +162,8 @@ class ReleaseSpec:
     bound of the window total; share: the least denominator); threshold in [0, 1] units of the
     normalised query; sigma_threshold, sigma_query (default sqrt(3) sigma_threshold); method fsrc,
     whitehouse or laplace; persist_threshold: keep an open instance's noisy threshold between runs.
+    clamp (histogram): release each noisy value clamped to `ContributionBounds.sum_range` (counts at 0),
+    which never moves it further from the truth; false releases the unclamped, unbiased noisy values.
     """
 
     name: str
@@ -171,12 +182,14 @@ class ReleaseSpec:
     metric: str = "count"  # svt
     method: str = "fsrc"  # svt
     persist_threshold: bool = False  # svt
+    clamp: bool = True  # histogram
 
     def __post_init__(self) -> None:
         where = f"release {self.name!r}"
         _require(bool(self.name) and isinstance(self.name, str), f"release.name must be a non-empty string, got {self.name!r}")
         _require(self.kind in RELEASE_KINDS, f"{where}: kind must be one of {list(RELEASE_KINDS)}, got {self.kind!r}")
         _require(self.noise in NOISE_KINDS, f"{where}: noise must be one of {list(NOISE_KINDS)}, got {self.noise!r}")
+        _require(isinstance(self.clamp, bool), f"{where}: clamp must be true or false, got {self.clamp!r}")
         _require(self.selection in SELECTION_KINDS,
                  f"{where}: selection must be one of {list(SELECTION_KINDS)}, got {self.selection!r}")
         _require(math.isfinite(self.weight) and self.weight > 0, f"{where}: weight must be a positive number, got {self.weight!r}")

@@ -16,6 +16,7 @@ from scipy import integrate, optimize, stats
 from accounting.events import BoundedRange, Gaussian, GaussianThreshold, Laplace, PureDP, SelfComposed, ZCDP
 from pipelines import mechanisms
 from pipelines.mechanisms import (
+    clamp_to_range,
     count_mle,
     exponential_top_k,
     gaussian,
@@ -283,6 +284,26 @@ class TestCountMLE:
         assert release.mechanism == "count_mle"
 
 
+class TestClampToRange:
+    def test_error_never_grows_and_shrinks_where_noise_left_the_range(self):
+        rng = np.random.default_rng(21)
+        truth = rng.integers(0, 4, size=10_000).astype(float)  # small counts, the case clamping is for
+        noisy = truth + rng.normal(0, 3, size=truth.size)
+        clamped = clamp_to_range(noisy, 0.0, math.inf)
+        assert np.array_equal(clamped, np.maximum(noisy, 0.0))
+        assert np.all(np.abs(clamped - truth) <= np.abs(noisy - truth))
+        outside = noisy < 0
+        assert outside.any() and np.all(np.abs(clamped - truth)[outside] < np.abs(noisy - truth)[outside])
+
+    def test_two_sided_and_unbounded_ranges(self):
+        values = np.array([-5.0, -0.5, 0.0, 2.0, 9.0])
+        assert np.array_equal(clamp_to_range(values, -1.0, 3.0), [-1.0, -0.5, 0.0, 2.0, 3.0])
+        assert np.array_equal(clamp_to_range(values, -math.inf, 0.0), [-5.0, -0.5, 0.0, 0.0, 0.0])
+        assert np.array_equal(clamp_to_range(values, -math.inf, math.inf), values)
+        with pytest.raises(ValueError, match="lower must be <= upper, got 1.0 > 0.0"):
+            clamp_to_range(values, 1.0, 0.0)
+
+
 class TestLaplaceBaselines:
     def test_report_noisy_max_distribution(self):
         # two candidates (0, 1): P[argmax = 1] = P[L0 - L1 < 1] = 1 - exp(-1/b)(1 + 1/(2b)) / 2
@@ -315,5 +336,5 @@ class TestLaplaceBaselines:
 
 def test_public_names():
     for name in ("laplace", "gaussian", "gaussian_threshold", "truncated_gaussian", "exponential_top_k", "report_noisy_max",
-                 "above_threshold", "laplace_report_noisy_max", "laplace_above_threshold", "count_mle"):
+                 "above_threshold", "laplace_report_noisy_max", "laplace_above_threshold", "count_mle", "clamp_to_range"):
         assert callable(getattr(mechanisms, name))

@@ -75,6 +75,7 @@ def test_known_partitions_appear_in_every_window_empty_or_not(batch_rows):
     for start, _ in windows:
         assert sorted(r["partition"] for r in rows if r["window_start"] == start) == sorted(LISTED)
     assert all(r["noise_stddev"] == rows[0]["noise_stddev"] > 0 for r in rows)
+    assert all(r["value"] >= 0 for r in rows)  # counts are clamped at 0 by default
 
 
 def test_unknown_partitions_only_from_data_and_above_threshold(batch_rows):

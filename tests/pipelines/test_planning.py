@@ -1,6 +1,7 @@
 """Planning: the whole job meets its budget, and what the mechanisms actually run never costs more than planned."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -9,7 +10,7 @@ import pytest
 
 from accounting.accountant import Accountant
 from accounting.events import ZCDP, Gaussian, GaussianThreshold, Laplace, PureDP, SelfComposed
-from pipelines.histogram import histogram_release
+from pipelines.histogram import _HistogramMechanism, histogram_release
 from pipelines.noise import SecureRandom
 from pipelines.peak import peak_release
 from pipelines.planning import SELECTION_DELTA_SHARE, PlanningError, plan_job
@@ -99,6 +100,32 @@ def test_more_budget_means_less_noise():
     for name in ("laplace", "gaussian", "unknown", "truncated"):
         assert large[name].noise < small[name].noise
     assert large["top"].epsilon > small["top"].epsilon and large["peak"].sigma < small["peak"].sigma
+
+
+@pytest.mark.parametrize("bounds, expected", [
+    (ContributionBounds(max_partitions=2), (0.0, math.inf)),
+    (ContributionBounds(max_partitions=2, min_value=-0.5, max_value=2.5), (-math.inf, math.inf)),
+    (ContributionBounds(max_partitions=2, min_value=-3.0, max_value=0.0), (-math.inf, 0.0)),
+])
+def test_histograms_clamp_to_the_range_bounded_sums_can_take(bounds, expected):
+    releases = RELEASES[:3] + (dataclasses.replace(RELEASES[1], name="raw", clamp=False),)
+    plan = plan_job(releases, bounds, WINDOW, 1.0, 1e-6)
+    assert [plan[name].value_range for name in ("laplace", "gaussian", "unknown")] == [expected] * 3
+    assert plan["raw"].value_range == (-math.inf, math.inf) and "clamped" not in plan["raw"].describe()
+    assert ("clamped" in plan["gaussian"].describe()) == (expected != (-math.inf, math.inf))
+
+
+def test_clamped_rows_are_the_unclamped_rows_clamped():
+    """Same seed, same window: the clamped release equals max(unclamped, 0) row by row, and does clamp some."""
+    bounds = ContributionBounds(max_partitions=2)
+    plan = plan_job(RELEASES[1:2], bounds, WINDOW, 0.5, 1e-6)["gaussian"]
+    raw = dataclasses.replace(plan, value_range=(-math.inf, math.inf))
+    sums = _sums(np.zeros(len(LETTERS), dtype=np.int64), LETTERS)  # empty partitions: half the noise is negative
+    for index in range(5):
+        clamped_rows = list(_HistogramMechanism(plan, WINDOW, seed=3).process((index, sums)))
+        raw_rows = list(_HistogramMechanism(raw, WINDOW, seed=3).process((index, sums)))
+        assert [r["value"] for r in clamped_rows] == [max(r["value"], 0.0) for r in raw_rows]
+    assert any(r["value"] < 0 for r in raw_rows)
 
 
 @pytest.mark.parametrize("release, message", [
