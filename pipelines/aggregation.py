@@ -19,11 +19,18 @@ def empty_sums() -> pd.Series:
     return pd.Series([], dtype="int64", index=pd.Index([], dtype=object))
 
 
-class SumSeriesFn(beam.CombineFn):
-    """Adds per-partition sum vectors (pandas Series indexed by partition); missing partitions count 0.
+def empty_sums_and_units() -> pd.DataFrame:
+    return pd.DataFrame({"sum": [], "units": []}, dtype="int64", index=pd.Index([], dtype=object))
 
-    Stateless; the accumulator is a list of Series, compacted on merge.
+
+class SumSeriesFn(beam.CombineFn):
+    """Adds per-partition sum vectors (pandas Series or DataFrames indexed by partition); missing partitions count 0.
+
+    Stateless; the accumulator is a list of parts, compacted on merge; `empty` makes the sum of no parts.
     """
+
+    def __init__(self, empty=empty_sums):
+        self._empty = empty
 
     def create_accumulator(self):
         return []
@@ -38,7 +45,7 @@ class SumSeriesFn(beam.CombineFn):
     def extract_output(self, accumulator):
         parts = [series for series in accumulator if len(series)]
         if not parts:
-            return empty_sums()
+            return self._empty()
         if len(parts) == 1:
             return parts[0].sort_index()
         return pd.concat(parts).groupby(level=0, sort=True).sum()
@@ -47,21 +54,22 @@ class SumSeriesFn(beam.CombineFn):
 class PerWindowSums(beam.PTransform):
     """(window index, partial sums) -> (window index, sums) for every window of the public range, in its Beam window."""
 
-    def __init__(self, window: WindowSpec):
+    def __init__(self, window: WindowSpec, empty=empty_sums):
         super().__init__()
         self._window = window
+        self._empty = empty
 
     def expand(self, partials):
         every_window = (
             partials.pipeline
-            | "Public windows" >> beam.Create([(index, empty_sums()) for index in range(self._window.count)])
+            | "Public windows" >> beam.Create([(index, self._empty()) for index in range(self._window.count)])
             | "Timestamp public windows" >> beam.ParDo(AttachWindowTimestamp(self._window))
             | "Window public windows" >> beam.WindowInto(beam_windows(self._window))
         )
         return (
             (partials, every_window)
             | "With empty windows" >> beam.Flatten()
-            | "Sum per window" >> beam.CombinePerKey(SumSeriesFn())
+            | "Sum per window" >> beam.CombinePerKey(SumSeriesFn(self._empty))
         )
 
 
@@ -82,15 +90,17 @@ class WindowedRelease(beam.PTransform):
         self._seed = seed
         self._shards = shards
 
-    def _window_sums(self, batches, partitions: tuple[str, ...] | None, bounds: ContributionBounds | None = None):
+    def _window_sums(self, batches, partitions: tuple[str, ...] | None, bounds: ContributionBounds | None = None,
+                     units: bool = False):
         """Record batches -> (window index, bounded per-partition sums) for every window of the public range.
 
         Contributions are bounded by `bounds` (default: the job's) to
-        `partitions` (None: every partition seen), then summed per window.
+        `partitions` (None: every partition seen), then summed per window;
+        with `units`, a DataFrame of sums and numbers of users (`BoundContributions`).
         """
         return (
             batches
             | "Bound contributions" >> BoundContributions(self._bounds if bounds is None else bounds, self._window,
-                                                          partitions, self._seed, self._shards)
-            | "Sum per window" >> PerWindowSums(self._window)
+                                                          partitions, self._seed, self._shards, units)
+            | "Sum per window" >> PerWindowSums(self._window, empty_sums_and_units if units else empty_sums)
         )

@@ -17,6 +17,9 @@ clipped to [min_value, max_value] (DESIGN.md section 1). Steps:
    (smallest random key per (user, window, partition)), then sum per partition.
 
 Proof: docs/proofs/bounding.BoundContributions.md.
+With `units`, step 3 also counts, per partition, the users it kept (each
+user adds 1 to at most `max_partitions` of these counts).
+
 Privacy: after step 3 one user changes at most `max_partitions` partition sums
 of a window, each by at most max_contributions * max(|min_value|, |max_value|)
 (`ContributionBounds.linf`), whatever the other users do; so L1 and L2
@@ -165,9 +168,10 @@ class _PreAggregate(beam.DoFn):
 class _BoundWindow(beam.DoFn):
     """All pieces of one (window, shard) -> (window index, per-partition bounded sums as a pandas Series)."""
 
-    def __init__(self, bounds: ContributionBounds, seed):
+    def __init__(self, bounds: ContributionBounds, seed, units: bool = False):
         self._bounds = bounds
         self._seed = seed
+        self._units = units
         self._counting = bounds.min_value == bounds.max_value
         self._integral = self._counting and float(bounds.min_value).is_integer()
 
@@ -196,7 +200,11 @@ class _BoundWindow(beam.DoFn):
             self._partition_keys.strings(np.asarray(partitions))[partition_of], np.int64(index)))
         order, rank = _group_ranks(user_of, keys)
         chosen = order[rank < self._bounds.max_partitions]
-        totals = pd.Series(sums[chosen], index=np.asarray(partitions, dtype=object)[partition_of[chosen]])
+        labels = np.asarray(partitions, dtype=object)[partition_of[chosen]]
+        if self._units:
+            totals = pd.DataFrame({"sum": sums[chosen], "units": np.ones(chosen.size, dtype=np.int64)}, index=labels)
+        else:
+            totals = pd.Series(sums[chosen], index=labels)
         yield index, totals.groupby(level=0, sort=True).sum()
 
 
@@ -205,7 +213,8 @@ class BoundContributions(beam.PTransform):
 
     Each output Series holds, for the partitions that received a kept
     contribution, the sum of the kept clipped values (int64 for counting jobs
-    with an integer value, float64 otherwise). Elements are timestamped at
+    with an integer value, float64 otherwise); with `units`, a DataFrame with
+    columns "sum" and "units" (how many users those kept contributions came from). Elements are timestamped at
     their window's end minus 1 us and windowed by `windowing.beam_windows`.
     `partitions`: keep only these (public) partitions before bounding.
     `shards`: users are spread over this many groups per window (parallelism);
@@ -214,7 +223,7 @@ class BoundContributions(beam.PTransform):
     """
 
     def __init__(self, bounds: ContributionBounds, window: WindowSpec, partitions: tuple[str, ...] | None = None,
-                 seed: int | None = None, shards: int = 1):
+                 seed: int | None = None, shards: int = 1, units: bool = False):
         super().__init__()
         if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
             raise ValueError(f"BoundContributions: shards must be a positive integer, got {shards!r}")
@@ -223,6 +232,7 @@ class BoundContributions(beam.PTransform):
         self._partitions = partitions
         self._seed = seed
         self._shards = shards
+        self._units = units
 
     def default_label(self) -> str:
         return f"BoundContributions(L0={self._bounds.max_partitions}, Linf={self._bounds.max_contributions})"
@@ -238,5 +248,5 @@ class BoundContributions(beam.PTransform):
                                                                   self._seed, self._shards))
             | "Window" >> beam.WindowInto(beam_windows(self._window))
             | "Group per window" >> beam.GroupByKey()
-            | "Bound users" >> beam.ParDo(_BoundWindow(self._bounds, self._seed))
+            | "Bound users" >> beam.ParDo(_BoundWindow(self._bounds, self._seed, self._units))
         )

@@ -5,7 +5,9 @@ window, zero or not, with discrete Laplace noise (L1 sensitivity) or discrete
 Gaussian noise (L2 sensitivity); `mechanisms.laplace` / `mechanisms.gaussian`.
 Unknown partitions: only privately selected partitions appear, with their
 noisy sum: Gaussian thresholding (`mechanisms.gaussian_threshold`, the
-default) or Cesar–Rogers Algorithm 2 (`mechanisms.truncated_gaussian`).
+default), Gaussian thresholding of the number of distinct users
+(`mechanisms.distinct_threshold`) or Cesar–Rogers Algorithm 2
+(`mechanisms.truncated_gaussian`).
 
 Privacy: per window, the event planned by `planning.plan_job` (Laplace,
 Gaussian, GaussianThreshold or delta-approximate zCDP); the run's event is never above it (the
@@ -28,15 +30,25 @@ from pipelines.spec import WindowSpec
 from pipelines.windowing import release_rng, window_bounds_iso
 
 
+def _select(plan: HistogramPlan, sums, rng) -> mechanisms.Release:
+    if plan.counts_units:
+        return mechanisms.distinct_threshold(
+            sums["units"].to_numpy(), sums["sum"].to_numpy(), plan.noise, plan.extra_noise, rng,
+            unit_value=plan.unit_value, linf=plan.sensitivity, delta=plan.selection_delta, max_partitions=plan.max_partitions,
+        )
+    select = getattr(mechanisms, plan.mechanism)
+    return select(sums.to_numpy(), plan.noise, plan.sensitivity, rng,
+                  delta=plan.selection_delta, max_partitions=plan.max_partitions)
+
+
 def histogram_release(plan: HistogramPlan, sums, rng) -> tuple[list[str], mechanisms.Release]:
-    """(partitions released, mechanism release) for one window's bounded sums (a pandas Series by partition)."""
+    """(partitions released, mechanism release) for one window's bounded sums by partition.
+
+    `sums`: a pandas Series, or for `plan.counts_units` a DataFrame with columns sum and units.
+    """
     if plan.selects:
         observed = [str(p) for p in sums.index]
-        select = getattr(mechanisms, plan.mechanism)
-        release = select(
-            sums.to_numpy(), plan.noise, plan.sensitivity, rng,
-            delta=plan.selection_delta, max_partitions=plan.max_partitions,
-        )
+        release = _select(plan, sums, rng)
         kept, _ = release.value
         return [observed[i] for i in kept], release
     partitions = list(plan.spec.partitions)
@@ -78,5 +90,5 @@ class PrivateHistogram(WindowedRelease):
                 "sensitivity": self._plan.sensitivity, "windows": self._plan.runs}
 
     def expand(self, batches):
-        sums = self._window_sums(batches, self._plan.spec.partitions)
+        sums = self._window_sums(batches, self._plan.spec.partitions, units=self._plan.counts_units)
         return sums | "Add noise" >> beam.ParDo(_HistogramMechanism(self._plan, self._window, self._seed))

@@ -11,7 +11,7 @@ unit; the caller states how far that moves the input (`sensitivity`, and the
 number of coordinates it can change, `max_partitions`).
 
 Mechanisms that release noisy *values* (laplace, gaussian, gaussian_threshold,
-truncated_gaussian, count_mle) add integer noise on a power-of-two grid (`pipelines.noise`), so
+distinct_threshold, truncated_gaussian, count_mle) add integer noise on a power-of-two grid (`pipelines.noise`), so
 the released numbers are exact multiples of the grid step. Mechanisms that
 release only *indices* (exponential_top_k, report_noisy_max, above_threshold
 and their Laplace baselines) use continuous noise from the same CSPRNG: the
@@ -102,7 +102,8 @@ def _changed(owner: str, max_partitions: int | None, size: int) -> int:
 
 
 def _grid_noise(
-    owner: str, values, parameter: float, rng: SecureRandom, sensitivity: float, max_partitions: int | None, norm: int
+    owner: str, values, parameter: float, rng: SecureRandom, sensitivity: float, max_partitions: int | None, norm: int,
+    minimum: int = 1,
 ) -> tuple[np.ndarray, float, float]:
     """(noisy values, grid step, grid sensitivity) for `laplace` (norm=1) or `gaussian` (norm=2).
 
@@ -113,7 +114,7 @@ def _grid_noise(
     (`pipelines.noise.grid_sensitivity`).
     """
     sensitivity = _positive(owner, "sensitivity", sensitivity)
-    array = _vector(owner, "values", values)
+    array = _vector(owner, "values", values, minimum)
     rng = _rng(owner, rng)
     step = granularity(parameter)
     units, exact = to_grid(array, step)
@@ -237,6 +238,68 @@ def gaussian_threshold(
         owner, (kept, noisy[kept]), GaussianThreshold(sigma, sensitivity, delta),
         sigma=sigma, threshold=tau, cutoff=cutoff, granularity=step, sensitivity=sensitivity,
     )
+
+
+def distinct_threshold(
+    units, sums, sigma: float, extra_sigma: float | None, rng: SecureRandom, *,
+    unit_value: float, linf: float, delta: float, max_partitions: int = 1,
+) -> Release:
+    """Selection on the number of distinct privacy units, then the value from that count plus the records beyond it.
+
+    For counting jobs over partitions not known in advance: every kept record
+    is worth `unit_value`, so a unit present in a partition adds between
+    |unit_value| and `linf` to its sum. units[i] is how many units a partition
+    holds, sums[i] its bounded sum. `gaussian_threshold` with threshold 1 on
+    `units` (noise `sigma`) picks the partitions; each picked partition's
+    extra = sums - unit_value * units (what units add beyond their first
+    record, at most linf - |unit_value| per unit) gets independent discrete
+    Gaussian noise `extra_sigma` (None when linf = |unit_value|: nothing
+    beyond). Returns (indices, unit_value * noisy units + noisy extra).
+    Against a selection on the sum itself, the cutoff drops from linf to one
+    unit plus a margin in units of sigma, and with the planner's split of mu
+    (`planning.plan_job`) the released values are exactly as noisy.
+    Privacy: one privacy unit changes at most `max_partitions` partitions, each
+    by 1 in units and at most linf - |unit_value| in extra. On partitions both
+    neighbours hold, (units, extra) gets independent Gaussian noise, which after
+    scaling each coordinate by its sigma is one Gaussian mechanism with
+    mu^2 = mu_units^2 + mu_extra^2 (each mu at its grid sensitivity); a
+    partition only one neighbour holds has units 1 and appears, all of them
+    together, with probability <= delta. Event GaussianThreshold(sigma,
+    sigma * mu, delta), the dominating pair of `gaussian_threshold`.
+    Proof: docs/proofs/mechanisms.distinct_threshold.md.
+    Checks: sigma, extra_sigma, linf positive; |unit_value| <= linf; delta in (0, 1); units, sums finite 1-d of equal length.
+    Caller must ensure: contribution bounding gives the stated L0 and Linf bounds, and
+    units/sums come from the same bounded records.
+    Numerics: hardened (grid, as `gaussian_threshold` and `gaussian`).
+    Runtime: O(n).
+    """
+    owner = "distinct_threshold"
+    units = _vector(owner, "units", units, minimum=0)
+    sums = _vector(owner, "sums", sums, minimum=0)
+    if units.shape != sums.shape:
+        raise ValueError(f"{owner}: units and sums must have the same length, got {units.size} and {sums.size}")
+    linf = _positive(owner, "linf", linf)
+    if not (math.isfinite(unit_value) and 0 < abs(unit_value) <= linf):
+        raise ValueError(f"{owner}: unit_value must be non-zero with |unit_value| <= linf={linf!r}, got {unit_value!r}")
+    selection = gaussian_threshold(units, sigma, 1.0, rng, delta=delta, max_partitions=max_partitions)
+    kept, noisy_units = selection.value
+    values, mu = unit_value * noisy_units, selection.event.mu
+    extra_linf = linf - abs(unit_value)
+    if extra_linf > 0:
+        if extra_sigma is None:
+            raise ValueError(f"{owner}: extra_sigma is required when linf={linf!r} exceeds |unit_value|={abs(unit_value)!r}")
+        extra_sigma = _positive(owner, "extra_sigma", extra_sigma)
+        integral = sums.dtype.kind in "iu" and units.dtype.kind in "iu" and float(unit_value).is_integer()
+        extra, _, extra_sensitivity = _grid_noise(
+            owner, sums[kept] - (int(unit_value) if integral else unit_value) * units[kept], extra_sigma, rng,
+            math.sqrt(max_partitions) * extra_linf, max_partitions, norm=2, minimum=0)
+        values = values + extra
+        mu = math.hypot(mu, extra_sensitivity / extra_sigma)
+    sensitivity = sigma * mu
+    for _ in range(4):  # the two quotients, the hypot and the product, each rounded
+        sensitivity = math.nextafter(sensitivity, math.inf)
+    event = GaussianThreshold(sigma, sensitivity, selection.event.delta)
+    return _release(owner, (kept, values), event, **selection.parameters, extra_sigma=extra_sigma, unit_value=unit_value)
 
 
 def truncation_level(sigma: float, threshold: float, max_partitions: int, delta: float) -> float:

@@ -16,9 +16,13 @@ What each release costs (events of one run; `runs` of them are composed):
   partitions released with probability <= delta_selection), which the PLD
   bound composes with every other release; selection "truncated":
   `ZCDP(rho, delta_selection)` once per window, rho = L0 Linf^2 / (2 sigma^2)
-  (Cesar–Rogers Lemma 6.4), composed by zCDP/RDP only. In both, delta_selection
-  is fixed by the planner (SELECTION_DELTA_SHARE of the job's delta, shared
-  evenly over every selection run) and sigma is calibrated;
+  (Cesar–Rogers Lemma 6.4), composed by zCDP/RDP only; selection "distinct"
+  (counting jobs): the GaussianThreshold of "gaussian", its mu split between
+  the noisy number of distinct units (mu^2 / k, k = Linf / |value|) and the
+  noisy records beyond each unit's first (the rest), the split at which the
+  released values are as noisy as with "gaussian" (`distinct_sigmas`). In all,
+  delta_selection is fixed by the planner (SELECTION_DELTA_SHARE of the job's
+  delta, shared evenly over every selection run) and sigma is calibrated;
 - top-k: `BoundedRange(epsilon)` k times per window (Dong–Durfee–Rogers
   Prop 2; score range = Linf for counts, 2 Linf when values may be negative),
   plus `Gaussian(sigma, Linf sqrt(min(k, L0)))` per window when counts are asked for;
@@ -61,7 +65,7 @@ from pipelines.monitor import SparseVectorMonitor
 from pipelines.noise import granularity, grid_sensitivity
 from pipelines.spec import ContributionBounds, ReleaseSpec, SpecError, WindowSpec
 
-SELECTION_MECHANISMS = {"gaussian": "gaussian_threshold", "truncated": "truncated_gaussian"}
+SELECTION_MECHANISMS = {"gaussian": "gaussian_threshold", "truncated": "truncated_gaussian", "distinct": "distinct_threshold"}
 """Job-file `selection` value -> mechanism for histograms over unknown partitions."""
 
 SELECTION_DELTA_SHARE = 0.25
@@ -136,6 +140,31 @@ def grid_noise(noise: float, sensitivity: float, integral: bool, changed: int, n
     raise PlanningError(f"grid adjustment of noise {noise!r} for sensitivity {sensitivity!r} did not settle")
 
 
+def distinct_sigmas(event: GaussianThreshold, bounds: ContributionBounds) -> tuple[float, float | None]:
+    """(sigma of the noisy distinct units, sigma of the noisy extra records or None) for selection "distinct".
+
+    The calibrated event has mu = L2 / sigma with L2 = sqrt(L0) Linf. With
+    v = |value| (a counting job) and k = Linf / v, the units get mu^2 / k and
+    the extra (sensitivity sqrt(L0) (Linf - v)) the rest, so the run's
+    mu^2 = mu_units^2 + mu_extra^2 stays at the planned mu^2 (each sigma then
+    enlarged for the grid, `grid_noise`, and by 1e-12 for roundings). This
+    split minimises the variance of the released value v units + extra,
+    (L0 / mu^2)(v^2 / f + (Linf - v)^2 / (1 - f)) over the share f, at
+    f = v / Linf, where it equals sigma^2: the values are as noisy as with one
+    noisy count, while the cutoff is one unit plus a margin in sigma_units.
+    """
+    value, root = abs(bounds.min_value), math.sqrt(bounds.max_partitions)
+    mu = event.mu * (1.0 - 1e-12)
+    share = value / bounds.linf
+    units, _ = grid_noise(root / (mu * math.sqrt(share)), root, True, bounds.max_partitions, norm=2)
+    if share >= 1.0:
+        return units, None
+    extra_sensitivity = root * (bounds.linf - value)
+    extra = extra_sensitivity / (mu * math.sqrt(1.0 - share))
+    extra, _ = grid_noise(extra, extra_sensitivity, integral_sums(bounds), bounds.max_partitions, norm=2)
+    return units, extra
+
+
 def _value_range(spec: ReleaseSpec, bounds: ContributionBounds) -> tuple[float, float]:
     """Where a histogram's released values are clamped: the bounded sums' range, or nowhere (`clamp = false`)."""
     return bounds.sum_range if spec.clamp else (-math.inf, math.inf)
@@ -152,7 +181,9 @@ class HistogramPlan:
     mechanism: laplace or gaussian (known partitions), gaussian_threshold or truncated_gaussian (unknown);
     noise: Laplace scale or Gaussian sigma; sensitivity: L1, L2, or tau = Linf (the selection mechanisms);
     value_range: public interval released values are clamped to (`mechanisms.clamp_to_range`), unbounded
-    when the release asks for unclamped values.
+    when the release asks for unclamped values. distinct_threshold only: noise is the sigma of the noisy
+    number of distinct units, extra_noise that of the records beyond each unit's first (None when a unit
+    adds one record), unit_value what one record adds.
     """
 
     spec: ReleaseSpec
@@ -164,6 +195,8 @@ class HistogramPlan:
     event: Event
     selection_delta: float | None = None
     value_range: tuple[float, float] = (-math.inf, math.inf)
+    extra_noise: float | None = None
+    unit_value: float | None = None
 
     @property
     def name(self) -> str:
@@ -171,7 +204,14 @@ class HistogramPlan:
 
     @property
     def noise_stddev(self) -> float:
+        if self.counts_units:
+            return math.hypot(self.unit_value * self.noise, self.extra_noise or 0.0)
         return _stddev(self.mechanism, self.noise)
+
+    @property
+    def counts_units(self) -> bool:
+        """True when the mechanism needs each partition's number of distinct users besides its sum."""
+        return self.mechanism == "distinct_threshold"
 
     @property
     def selects(self) -> bool:
@@ -182,11 +222,23 @@ class HistogramPlan:
         lower, upper = self.value_range
         if lower == -math.inf and upper == math.inf:
             return self._describe_noise()
-        interval = f"[{lower:g}, {upper:g}]".replace("inf", "infinity")
+        interval = f"{'(' if lower == -math.inf else '['}{lower:g}, {upper:g}{')' if upper == math.inf else ']'}".replace("inf", "infinity")
         return (f"{self._describe_noise()} Released values are clamped to {interval}, the range a bounded sum can "
                 f"take: no value moves further from the truth, but totals over partitions come out high.")
 
     def _describe_noise(self) -> str:
+        if self.mechanism == "distinct_threshold":
+            extra = ("" if self.extra_noise is None else
+                     f" plus the records beyond each unit's first with independent discrete Gaussian noise "
+                     f"sigma={self.extra_noise:.6g}")
+            return (
+                f"Histogram {self.name!r} over partitions not known in advance, one release per window ({self.runs} "
+                f"windows composed per privacy unit): each observed partition's number of distinct privacy units gets "
+                f"discrete Gaussian noise with sigma={self.noise:.6g}, and only partitions whose noisy number clears a "
+                f"cutoff appear, set so that one privacy unit's own partitions show with probability at most "
+                f"{self.selection_delta:.3g}; a partition's value is that noisy number times {self.unit_value:g}{extra} "
+                f"(standard deviation {self.noise_stddev:.6g}; per window {self.event!r})."
+            )
         if self.mechanism == "gaussian_threshold":
             return (
                 f"Histogram {self.name!r} over partitions not known in advance, one release per window ({self.runs} "
@@ -454,6 +506,9 @@ def plan_job(
     for spec in releases:
         where = f"release {spec.name!r}"
         if spec.kind == "histogram" and spec.partitions is None:
+            if spec.selection == "distinct" and bounds.min_value != bounds.max_value:
+                raise PlanningError(f"{where}: selection \"distinct\" needs a counting job (min_value = max_value, every "
+                                    f"record worth the same), got min_value={bounds.min_value!r}, max_value={bounds.max_value!r}")
             entries.append(_SelectionRelease(spec.name, "gaussian", spec.weight, bounds.l2, windows,
                                              selection_delta=selection_delta, truncated=spec.selection == "truncated"))
         elif spec.kind == "histogram":
@@ -501,7 +556,12 @@ def plan_job(
             planned.append(monitors[spec.name])
             continue
         event = by_name[spec.name].event
-        if spec.kind == "histogram" and spec.partitions is None:
+        if spec.kind == "histogram" and spec.partitions is None and spec.selection == "distinct":
+            units, extra = distinct_sigmas(event, bounds)
+            planned.append(HistogramPlan(spec, SELECTION_MECHANISMS[spec.selection], windows, units, bounds.linf,
+                                         bounds.max_partitions, event, selection_delta, _value_range(spec, bounds),
+                                         extra_noise=extra, unit_value=bounds.min_value))
+        elif spec.kind == "histogram" and spec.partitions is None:
             if isinstance(event, GaussianThreshold):
                 sigma, _ = grid_noise(event.sigma, event.sensitivity, integral, bounds.max_partitions, norm=2)
             else:

@@ -32,7 +32,7 @@ EVENT_SCHEMA = pa.schema(
 MICROS = 1_000_000
 RELEASE_KINDS = ("histogram", "topk", "peak", "svt")
 NOISE_KINDS = ("gaussian", "laplace")
-SELECTION_KINDS = ("gaussian", "truncated")  # unknown-partition histograms: Gaussian thresholding or truncated Gaussian
+SELECTION_KINDS = ("gaussian", "truncated", "distinct")  # unknown-partition histograms: planning.SELECTION_MECHANISMS
 SVT_METRICS = ("count", "sum", "share")
 SVT_METHODS = ("fsrc", "whitehouse", "laplace")  # pipelines.monitor.MONITOR_METHODS (kept Beam- and scipy-free here)
 
@@ -153,8 +153,10 @@ class ReleaseSpec:
     report-noisy-max), svt (threshold alerts by a sparse-vector monitor, `pipelines.svt`).
     noise: gaussian or laplace (histogram); partitions: the public partition list, or None when the
     partitions are unknown (then only privately selected partitions appear); selection: how they are
-    selected, gaussian (Gaussian thresholding, the default) or truncated (Cesar–Rogers truncated
-    Gaussian, bounded noise but approximate-zCDP accounting); k: list length for topk;
+    selected, gaussian (Gaussian thresholding of the noisy sum, the default), distinct (counting jobs:
+    Gaussian thresholding of the noisy number of distinct units, the value from that number plus the
+    noisy records beyond each unit's first) or truncated (Cesar–Rogers truncated Gaussian, bounded noise
+    but approximate-zCDP accounting); k: list length for topk;
     weight: relative share of the job's budget (see accounting.calibrate; an svt release's share is its
     monitor's whole budget, see planning.plan_job).
     svt: metric count (bounded records), sum (bounded values) or share (bounded records whose value is

@@ -6,7 +6,7 @@ from collections import defaultdict
 import numpy as np
 import pyarrow as pa
 
-from pipelines.aggregation import SumSeriesFn
+from pipelines.aggregation import SumSeriesFn, empty_sums, empty_sums_and_units
 from pipelines.bounding import _BoundWindow, _PreAggregate
 from pipelines.spec import EVENT_SCHEMA, MICROS
 
@@ -34,8 +34,8 @@ def random_events(n, days, n_users, partitions, seed=1, skip_days=(), values=Fal
     return events(users[order], seconds[order], chosen[order], None if vals is None else vals[order])
 
 
-def bounded_sums(batches, bounds, window, partitions=None, seed=0, shards=1) -> dict:
-    """Window index -> per-partition bounded sums, by the BoundContributions DoFns without Beam."""
+def bounded_sums(batches, bounds, window, partitions=None, seed=0, shards=1, units=False) -> dict:
+    """Window index -> per-partition bounded sums (with `units`: sums and users), by the BoundContributions DoFns without Beam."""
     pre = _PreAggregate(bounds, window, partitions, seed, shards)
     pre.setup()
     pieces = defaultdict(list)
@@ -43,11 +43,11 @@ def bounded_sums(batches, bounds, window, partitions=None, seed=0, shards=1) -> 
         for timestamped in pre.process(batch):
             key, frame = timestamped.value
             pieces[key].append(frame)
-    bound = _BoundWindow(bounds, seed)
+    bound = _BoundWindow(bounds, seed, units)
     bound.setup()
     partial = defaultdict(list)
     for key, frames in pieces.items():
         for index, sums in bound.process((key, frames)):
             partial[index].append(sums)
-    combine = SumSeriesFn()
+    combine = SumSeriesFn(empty_sums_and_units if units else empty_sums)
     return {index: combine.extract_output(parts) for index, parts in partial.items()}

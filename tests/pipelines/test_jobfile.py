@@ -97,7 +97,8 @@ def test_selection_for_unknown_partitions(tmp_path):
     text = BASE.replace('partitions = ["A", "B"]\n', "").replace('kind = "topk"\nname = "top_k"\nk = 1', 'kind = "histogram"\nname = "h"')
     assert _load(tmp_path, text).releases[0].selection == "gaussian"
     assert _load(tmp_path, text + 'selection = "truncated"\n').releases[0].selection == "truncated"
-    with pytest.raises(jobfile.JobFileError, match="release.h.selection must be one of gaussian, truncated, got 'laplace'"):
+    assert _load(tmp_path, text + 'selection = "distinct"\n').releases[0].selection == "distinct"
+    with pytest.raises(jobfile.JobFileError, match="release.h.selection must be one of gaussian, truncated, distinct, got 'laplace'"):
         _load(tmp_path, text + 'selection = "laplace"\n')
 
 
