@@ -18,6 +18,7 @@ from pipelines import mechanisms
 from pipelines.mechanisms import (
     clamp_to_range,
     count_mle,
+    distinct_threshold,
     exponential_top_k,
     gaussian,
     gaussian_threshold,
@@ -284,6 +285,60 @@ class TestCountMLE:
         assert release.mechanism == "count_mle"
 
 
+class TestDistinctThreshold:
+    UNITS = np.array([0, 1, 2, 40, 300])
+    SUMS = np.array([0, 3, 2, 100, 700])  # unit_value 1, linf 3: each unit adds 1..3
+
+    def test_event_is_the_whitened_pair_of_units_and_extra(self):
+        release = distinct_threshold(self.UNITS, self.SUMS, 2.0, 5.0, SecureRandom(3), unit_value=1.0, linf=3.0,
+                                     delta=1e-6, max_partitions=4)
+        selection = gaussian_threshold(self.UNITS, 2.0, 1.0, SecureRandom(3), delta=1e-6, max_partitions=4)
+        units_event = selection.event
+        extra_event = gaussian(np.zeros(2, dtype=np.int64), 5.0, SecureRandom(3), sensitivity=2 * 2.0, max_partitions=4).event
+        mu = math.hypot(units_event.mu, extra_event.mu)
+        assert isinstance(release.event, GaussianThreshold) and release.event.delta == units_event.delta
+        assert mu <= release.event.mu <= mu * (1 + 1e-14)
+        kept, values = release.value
+        assert release.parameters["cutoff"] == selection.parameters["cutoff"] < 40  # one unit plus the margin
+        assert list(kept) == [3, 4] and np.all(np.abs(values - self.SUMS[kept]) < 30)
+
+    def test_one_record_per_unit_is_gaussian_thresholding_of_the_units(self):
+        units = np.array([0, 1, 5, 30, 100])
+        release = distinct_threshold(units, 2 * units, 3.0, None, SecureRandom(4), unit_value=2.0, linf=2.0,
+                                     delta=1e-6, max_partitions=3)
+        reference = gaussian_threshold(units, 3.0, 1.0, SecureRandom(4), delta=1e-6, max_partitions=3)
+        assert np.array_equal(release.value[0], reference.value[0])
+        assert np.array_equal(release.value[1], 2.0 * reference.value[1])
+        assert math.isclose(release.event.mu, reference.event.mu, rel_tol=1e-14) and release.event.mu >= reference.event.mu
+
+    def test_released_values_are_unbiased_with_the_planned_variance(self):
+        # every partition far above the cutoff: value = units + noise_u + (sums - units) + noise_e ~ N(sums, su^2 + se^2)
+        n, sigma_units, sigma_extra = 20_000, 2.0, 3.0
+        release = distinct_threshold(np.full(n, 200), np.full(n, 450), sigma_units, sigma_extra, SecureRandom(5),
+                                     unit_value=1.0, linf=3.0, delta=1e-6, max_partitions=2)
+        kept, values = release.value
+        assert kept.size == n
+        scale = math.hypot(sigma_units, sigma_extra)
+        assert stats.kstest(values, stats.norm(450, scale).cdf).pvalue > ALPHA
+
+    @pytest.mark.parametrize(
+        "kwargs, message",
+        [
+            (dict(sums=[1, 2]), "units and sums must have the same length, got 3 and 2"),
+            (dict(extra_sigma=None), "extra_sigma is required when linf=3.0 exceeds"),
+            (dict(unit_value=4.0), r"unit_value must be non-zero with \|unit_value\| <= linf=3.0, got 4.0"),
+            (dict(unit_value=0.0), "unit_value must be non-zero"),
+            (dict(delta=0.0), "delta must lie in"),
+        ],
+    )
+    def test_errors(self, kwargs, message):
+        args = dict(units=[1, 2, 3], sums=[1, 2, 3], sigma=1.0, extra_sigma=1.0, rng=SecureRandom(0), unit_value=1.0,
+                    linf=3.0, delta=1e-6)
+        args.update(kwargs)
+        with pytest.raises(ValueError, match=message):
+            distinct_threshold(**args)
+
+
 class TestClampToRange:
     def test_error_never_grows_and_shrinks_where_noise_left_the_range(self):
         rng = np.random.default_rng(21)
@@ -336,5 +391,5 @@ class TestLaplaceBaselines:
 
 def test_public_names():
     for name in ("laplace", "gaussian", "gaussian_threshold", "truncated_gaussian", "exponential_top_k", "report_noisy_max",
-                 "above_threshold", "laplace_report_noisy_max", "laplace_above_threshold", "count_mle", "clamp_to_range"):
+                 "above_threshold", "laplace_report_noisy_max", "laplace_above_threshold", "count_mle", "clamp_to_range", "distinct_threshold"):
         assert callable(getattr(mechanisms, name))

@@ -51,6 +51,36 @@ def test_user_with_ten_thousand_events_moves_each_window_within_the_sensitivitie
         assert math.sqrt(np.sum(diff**2)) <= bounds.l2 + 1e-9
 
 
+@pytest.mark.parametrize("period", [None, 0.5 * DAY])
+def test_units_move_by_one_in_the_partitions_whose_sum_the_user_moves(period):
+    """With `units`, the heavy user adds exactly 1 user to each partition it changes, and sums move as without units."""
+    bounds = ContributionBounds(max_partitions=3, max_contributions=2)
+    window = WindowSpec(size=DAY, start=START, end=START + 3 * DAY, period=period)
+    others = random_events(3000, 3, 200, PARTITIONS, seed=2)
+    without = bounded_sums([others], bounds, window, seed=11, units=True)
+    with_user = bounded_sums([others, _heavy_user()], bounds, window, seed=11, units=True)
+    plain = bounded_sums([others, _heavy_user()], bounds, window, seed=11)
+    for index in range(window.count):
+        assert with_user[index]["sum"].equals(plain[index].rename("sum"))
+        units = _difference({i: f["units"] for i, f in with_user.items()}, {i: f["units"] for i, f in without.items()}, index)
+        sums = _difference({i: f["sum"] for i, f in with_user.items()}, {i: f["sum"] for i, f in without.items()}, index)
+        assert np.array_equal(units != 0, sums != 0) and set(units[units != 0]) == {1.0}
+        assert np.count_nonzero(units) == bounds.max_partitions
+        assert np.all((sums[units != 0] >= 1) & (sums[units != 0] <= bounds.linf))
+
+
+def test_units_are_the_distinct_users_when_no_partition_is_dropped():
+    bounds = ContributionBounds(max_partitions=len(PARTITIONS), max_contributions=2)
+    window = WindowSpec(size=DAY, start=START, end=START + 3 * DAY)
+    others = random_events(3000, 3, 200, PARTITIONS, seed=2)
+    frame = others.to_pandas()
+    frame["window"] = (frame["timestamp"] // MICROS - START) // DAY
+    expected = frame.groupby(["window", "partition"])["user"].nunique()
+    sums = bounded_sums([others], bounds, window, seed=11, units=True)
+    for index in range(window.count):
+        assert sums[index]["units"].equals(expected.loc[index].rename("units").rename_axis(None).astype("int64"))
+
+
 def test_production_mode_bounds_the_heavy_user_alone():
     bounds = ContributionBounds(max_partitions=2, max_contributions=5, min_value=0.0, max_value=1.0)
     window = WindowSpec(size=DAY, start=START, end=START + 3 * DAY)

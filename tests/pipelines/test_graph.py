@@ -27,6 +27,7 @@ LISTED = ("A", "B", "C", "D", "E", "F", "G", "Z")  # G and Z never occur in the 
 RELEASES = (
     ReleaseSpec("known", "histogram", partitions=LISTED),
     ReleaseSpec("unknown", "histogram"),
+    ReleaseSpec("distinct", "histogram", selection="distinct"),
     ReleaseSpec("top", "topk", k=3, partitions=LISTED, counts=True),
     ReleaseSpec("peak", "peak", period=2 * DAY, maximum=20000.0),
 )
@@ -78,8 +79,9 @@ def test_known_partitions_appear_in_every_window_empty_or_not(batch_rows):
     assert all(r["value"] >= 0 for r in rows)  # counts are clamped at 0 by default
 
 
-def test_unknown_partitions_only_from_data_and_above_threshold(batch_rows):
-    rows = batch_rows["unknown"]
+@pytest.mark.parametrize("name", ["unknown", "distinct"])
+def test_unknown_partitions_only_from_data_and_above_threshold(batch_rows, name):
+    rows = batch_rows[name]
     assert {r["partition"] for r in rows} <= set(DATA_PARTITIONS)  # never 'rare' (count 1 <= tau), never unlisted
     assert rows, "busy partitions (hundreds of users per day) must pass the selection"
     assert not any(r["window_start"] == iso(WINDOW.bounds(2)[0]) for r in rows)  # nothing from the empty day

@@ -84,6 +84,31 @@ def test_run_events_never_exceed_planned_events(bounds):
         assert isinstance(release.event, PureDP) and release.event.epsilon <= planned.epsilon
 
 
+@pytest.mark.parametrize("bounds", [ContributionBounds(max_partitions=3, max_contributions=2),
+                                    ContributionBounds(max_partitions=4, max_contributions=3, min_value=2.0, max_value=2.0),
+                                    ContributionBounds(max_partitions=2, max_contributions=1)])
+def test_distinct_selection_is_as_noisy_as_the_sum_selection_and_never_above_plan(bounds):
+    releases = (ReleaseSpec("sum", "histogram"), ReleaseSpec("distinct", "histogram", selection="distinct"))
+    plan = plan_job(releases, bounds, WINDOW, 2.0, 1e-6)
+    distinct, single = plan["distinct"], plan["sum"]
+    assert distinct.event == single.event  # same calibration entry, same budget
+    assert math.isclose(distinct.noise_stddev, single.noise_stddev, rel_tol=1e-5)
+    assert (distinct.extra_noise is None) == (bounds.max_contributions == 1)
+    units = np.array([0, 1, 3, 50, 5000])
+    frame = pd.DataFrame({"sum": units * int(bounds.min_value) * bounds.max_contributions, "units": units},
+                         index=list("vwxyz"))
+    partitions, release = histogram_release(distinct, frame, SecureRandom(2))
+    assert release.event.mu <= distinct.event.mu and release.event.delta == distinct.event.delta
+    assert partitions == ["z"]  # far above the cutoff of about 370 units; 50 units far below
+    assert "number of distinct privacy units" in distinct.describe()
+
+
+def test_distinct_selection_needs_a_counting_job():
+    bounds = ContributionBounds(max_partitions=2, min_value=0.0, max_value=5.0)
+    with pytest.raises(PlanningError, match='release \'d\': selection "distinct" needs a counting job'):
+        plan_job((ReleaseSpec("d", "histogram", selection="distinct"),), bounds, WINDOW, 1.0, 1e-6)
+
+
 def test_counting_plan_keeps_the_calibrated_noise():
     plan = plan_job(RELEASES[:2], ContributionBounds(max_partitions=2), WINDOW, 1.0, 1e-6)
     assert plan["laplace"].noise == plan.calibrated.by_name()["laplace"].event.scale
