@@ -38,7 +38,10 @@ answers "same budget per release, less error?" release by release. dpstream
 clamps released counts at 0 by default (`clamp`); a third dpstream run at
 PipelineDP's split releases unclamped values, and PipelineDP's own output
 clamped after the fact (`pipelinedp_clamped`, no extra run) shows what the
-clamping alone is worth.
+clamping alone is worth. The `_distinct` runs (default and matched weights)
+select unknown partitions on the noisy number of distinct aircraft
+(`selection = "distinct"`), like PipelineDP, with the value from that number
+plus the noisy departures beyond each aircraft's first.
 RMSE per release is over all (day, dest) cells (unknown partitions: the cells
 with a departure or a released value; a missing cell counts 0) against the
 bounded and against the raw counts.
@@ -253,6 +256,11 @@ def _release_rows(data: dict, bounded: dict, cells: dict, noise: dict, known: bo
     return row
 
 
+def _distinct(releases) -> tuple[ReleaseSpec, ...]:
+    """The releases with the unknown-partition histogram selecting on distinct units (`selection = "distinct"`)."""
+    return tuple(dataclasses.replace(spec, selection="distinct") if spec.partitions is None else spec for spec in releases)
+
+
 def _clamped(run: tuple[float, dict, dict]) -> tuple[float, dict, dict]:
     """A run's released counts clamped at 0 after the fact (what dpstream does by default; no new run)."""
     seconds, cells, noise = run
@@ -260,9 +268,10 @@ def _clamped(run: tuple[float, dict, dict]) -> tuple[float, dict, dict]:
 
 
 def accuracy_benchmark(data: dict, directory: str, scenarios=ACCURACY_SCENARIOS) -> dict:
-    """The three releases per scenario: PipelineDP, dpstream at default weights and at PipelineDP's budget split.
+    """The three releases per scenario: PipelineDP, and dpstream at default weights and at PipelineDP's budget split.
 
-    RMSE against the bounded and the raw counts; ratios dpstream / PipelineDP.
+    dpstream variants: selection on the noisy count or on distinct units, clamped or not (module docstring).
+    RMSE against the bounded and the raw counts; ratios to PipelineDP.
     """
     partitions = data["partitions"]
     releases = (ReleaseSpec("gaussian", "histogram", noise="gaussian", partitions=partitions),
@@ -274,12 +283,12 @@ def accuracy_benchmark(data: dict, directory: str, scenarios=ACCURACY_SCENARIOS)
     for label, unit_period, epsilon, bounds in scenarios:
         pipelinedp = pipelinedp_releases(data, kinds, bounds, epsilon, unit_period, directory)
         matched = matched_weights(releases, pipelinedp[2], pipelinedp[3], bounds)
-        unclamped = tuple(dataclasses.replace(spec, clamp=False) for spec in matched)
-        runs = {"pipelinedp": pipelinedp[:3],
-                "pipelinedp_clamped": _clamped(pipelinedp[:3]),
-                "dpstream": dpstream_releases(data, releases, bounds, epsilon, unit_period, directory),
-                "dpstream_matched": dpstream_releases(data, matched, bounds, epsilon, unit_period, directory),
-                "dpstream_matched_unclamped": dpstream_releases(data, unclamped, bounds, epsilon, unit_period, directory)}
+        variants = {"dpstream": releases, "dpstream_distinct": _distinct(releases), "dpstream_matched": matched,
+                    "dpstream_matched_distinct": _distinct(matched),
+                    "dpstream_matched_unclamped": tuple(dataclasses.replace(spec, clamp=False) for spec in matched)}
+        runs = {"pipelinedp": pipelinedp[:3], "pipelinedp_clamped": _clamped(pipelinedp[:3]),
+                **{system: dpstream_releases(data, specs, bounds, epsilon, unit_period, directory)
+                   for system, specs in variants.items()}}
         bounded = bounded_counts(data, bounds)
         entry = {"unit": "aircraft-day" if unit_period else "aircraft over 365 days", "epsilon": epsilon,
                  "bounds": {"max_partitions_per_day": bounds.max_partitions, "max_contributions": bounds.max_contributions},
@@ -289,7 +298,7 @@ def accuracy_benchmark(data: dict, directory: str, scenarios=ACCURACY_SCENARIOS)
         for name in ACCURACY_RELEASES:
             row = {system: _release_rows(data, bounded, cells, noise, kinds[name][1], name)
                    for system, (_, cells, noise) in runs.items()}
-            for system in ("dpstream", "dpstream_matched", "dpstream_matched_unclamped", "pipelinedp_clamped"):
+            for system in (system for system in runs if system != "pipelinedp"):
                 row[f"rmse_vs_bounded_ratio_{system}_to_pipelinedp"] = (
                     row[system]["rmse_vs_bounded"] / row["pipelinedp"]["rmse_vs_bounded"])
             entry["releases"][name] = row
