@@ -11,7 +11,9 @@ Negative controls: deliberately broken variants (AboveThreshold without
 threshold noise, the exponential mechanism with half the sensitivity, the
 Gaussian mechanism with too small a sigma, Gaussian thresholding whose cutoff
 forgets a unit's own contribution) claim the event of the correct
-mechanism; the same harness must find an epsilon (or delta) above that claim.
+mechanism, and distinct thresholding is held to a broken claim (the event of
+its units part alone, forgetting the noisy extra records' mu); the same
+harness must find an epsilon (or delta) above that claim.
 """
 from __future__ import annotations
 
@@ -292,4 +294,78 @@ def test_flags_gaussian_with_too_small_sigma():
     delta = 1e-3
     result = audit(gaussian_sampler(0.5, 113), 0, 1, n_search=20_000, n_estimate=200_000, delta=delta, alpha=ALPHA)
     claim = approx_claim(claim_event, delta)
+    assert result.epsilon_lower > claim, f"{result}; claimed {claim:.4f}"
+
+
+# ---- distinct_threshold: selection on distinct units, value = unit_value * noisy units + noisy extra ----
+# A counting job with unit_value 1 and linf 3: a unit adds 1 to a partition's units and 0..2 to its extra
+# (records beyond its first). Sigmas at the planner's split for mu = 1.5 (`planning.distinct_sigmas`,
+# share f = 1/3): mu_units^2 = mu^2 / 3, mu_extra^2 = 2 mu^2 / 3, so the extra carries two thirds of mu^2
+# and the released value alone is as informative as the claimed mu.
+
+DISTINCT = dict(unit_value=1, linf=3)
+DISTINCT_MU = 1.5
+DISTINCT_SIGMAS = (math.sqrt(3.0) / DISTINCT_MU, math.sqrt(6.0) / DISTINCT_MU)  # (sigma units, sigma extra)
+
+
+def distinct_sampler(sigma: float, extra_sigma: float, selection_delta: float, seed: int):
+    """n one-partition distinct_threshold releases on data = (units, sums): the released value or NONE."""
+    rng = SecureRandom(seed)
+
+    def sample(data, n):
+        units, sums = data
+        indices, values = mechanisms.distinct_threshold(
+            np.full(n, units, dtype=np.int64), np.full(n, sums, dtype=np.int64), sigma, extra_sigma, rng,
+            delta=selection_delta, **DISTINCT).value
+        out = np.full(n, NONE)
+        out[indices] = values
+        return out
+
+    return sample
+
+
+def distinct_probe(selection_delta: float) -> mechanisms.Release:
+    return mechanisms.distinct_threshold(np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64), *DISTINCT_SIGMAS,
+                                         SecureRandom(0), delta=selection_delta, **DISTINCT)
+
+
+def distinct_neighbours(selection_delta: float):
+    """Worst case on a partition both hold: x has units c, extra 2; x' has units c - 1, extra 0 (sums differ by linf).
+
+    c is the cutoff, so whether the partition appears hinges on the unit.
+    """
+    count = int(round(distinct_probe(selection_delta).parameters["cutoff"]))
+    extra_linf = DISTINCT["linf"] - DISTINCT["unit_value"]
+    return (count, DISTINCT["unit_value"] * count + extra_linf), (count - 1, DISTINCT["unit_value"] * (count - 1))
+
+
+def test_distinct_threshold_shared_partition():
+    selection_delta, delta = 1e-4, 1e-3
+    event = distinct_probe(selection_delta).event
+    assert event.mu == pytest.approx(DISTINCT_MU, rel=1e-5)  # mu = hypot(mu_units, mu_extra) at the grid sensitivities
+    x, x_prime = distinct_neighbours(selection_delta)
+    result = audit(distinct_sampler(*DISTINCT_SIGMAS, selection_delta, 115), x, x_prime,
+                   n_search=20_000, n_estimate=200_000, delta=delta, alpha=ALPHA)
+    claim = approx_claim(event, delta)
+    check(result, claim)
+    assert result.epsilon_lower > 0.5 * claim  # the harness has power
+
+
+def test_distinct_threshold_own_partition_appears_at_most_delta():
+    selection_delta = 0.02
+    claim = Accountant().compose(distinct_probe(selection_delta).event).delta(math.inf)
+    assert claim == pytest.approx(selection_delta, rel=1e-12)
+    own = (1, DISTINCT["linf"])  # one unit with the most records it may keep; absent without it
+    assert own_partition_release_rate(distinct_sampler(*DISTINCT_SIGMAS, selection_delta, 116), own, 200_000) <= claim
+
+
+def test_flags_distinct_threshold_claiming_the_units_part_alone():
+    # broken claim: the event of the selection on units alone (gaussian_threshold, threshold 1), forgetting mu_extra
+    selection_delta, delta = 1e-4, 1e-3
+    units_only = mechanisms.gaussian_threshold(np.zeros(1, dtype=np.int64), DISTINCT_SIGMAS[0], 1, SecureRandom(0),
+                                               delta=selection_delta).event
+    x, x_prime = distinct_neighbours(selection_delta)
+    result = audit(distinct_sampler(*DISTINCT_SIGMAS, selection_delta, 117), x, x_prime,
+                   n_search=20_000, n_estimate=200_000, delta=delta, alpha=ALPHA)
+    claim = approx_claim(units_only, delta)
     assert result.epsilon_lower > claim, f"{result}; claimed {claim:.4f}"
