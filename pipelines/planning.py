@@ -506,9 +506,10 @@ def plan_job(
     for spec in releases:
         where = f"release {spec.name!r}"
         if spec.kind == "histogram" and spec.partitions is None:
-            if spec.selection == "distinct" and bounds.min_value != bounds.max_value:
-                raise PlanningError(f"{where}: selection \"distinct\" needs a counting job (min_value = max_value, every "
-                                    f"record worth the same), got min_value={bounds.min_value!r}, max_value={bounds.max_value!r}")
+            if spec.selection == "distinct" and not integral_sums(bounds):
+                raise PlanningError(f"{where}: selection \"distinct\" needs a counting job (min_value = max_value, a whole "
+                                    f"number: every record worth the same), got min_value={bounds.min_value!r}, "
+                                    f"max_value={bounds.max_value!r}")
             entries.append(_SelectionRelease(spec.name, "gaussian", spec.weight, bounds.l2, windows,
                                              selection_delta=selection_delta, truncated=spec.selection == "truncated"))
         elif spec.kind == "histogram":

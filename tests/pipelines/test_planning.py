@@ -103,8 +103,9 @@ def test_distinct_selection_is_as_noisy_as_the_sum_selection_and_never_above_pla
     assert "number of distinct privacy units" in distinct.describe()
 
 
-def test_distinct_selection_needs_a_counting_job():
-    bounds = ContributionBounds(max_partitions=2, min_value=0.0, max_value=5.0)
+@pytest.mark.parametrize("low, high", [(0.0, 5.0), (0.5, 0.5)])  # value sums; a fractional count (float sums)
+def test_distinct_selection_needs_a_whole_number_counting_job(low, high):
+    bounds = ContributionBounds(max_partitions=2, min_value=low, max_value=high)
     with pytest.raises(PlanningError, match='release \'d\': selection "distinct" needs a counting job'):
         plan_job((ReleaseSpec("d", "histogram", selection="distinct"),), bounds, WINDOW, 1.0, 1e-6)
 
