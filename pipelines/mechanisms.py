@@ -661,7 +661,7 @@ def order_consistent_counts(noisy_counts) -> np.ndarray:
             sums[-1] += total
             sizes[-1] += size
     fitted = np.repeat([s / n for s, n in zip(sums, sizes)], sizes) if sums else np.empty(0)
-    return np.maximum(fitted, 0.0)
+    return clamp_to_range(fitted, 0.0, math.inf)
 
 
 def count_mle(
