@@ -32,10 +32,11 @@ curves and stop at the budget" (Regehr et al. 2026). Each scope has a total
 Within one release the parameters are fixed before it runs, so the release's
 own events are priced by each filter as its docstring states.
 
-Sealed state: SVT monitors keep an FSRC filter (`open_monitor`) or a whole
-monitor record (`spend_and_check_out`) here. Its realised spend depends on the
-data and is never shown; `show` and `history` report only whether a monitor
-has halted. A monitor record is checked out by the run that debits with it
+Sealed state: SVT monitors keep their whole record here (`spend_and_check_out`,
+`check_in_monitor`). Its realised spend depends on the data and is never
+shown; `show` reports whether a monitor has halted and, from its filter's
+public view, how many AboveThreshold instances it admitted and the delta they
+used (functions of how many instances ran, which its alerts show). A monitor record is checked out by the run that debits with it
 and checked back in by that run only (`check_in_monitor`), so one sealed state
 is resumed by at most one run; a run that fails leaves it checked out, and
 further runs of that monitor are refused (safe, since nothing is resumed twice).
@@ -64,7 +65,7 @@ timestamps lie in those periods, and its events bound the privacy loss of
 one user x period unit (the runner charges a job the periods its windows
 overlap, and `pipelines.planning` prices one unit period).
 Proof: docs/proofs/ledger.period_scopes.md.
-Refused on period scopes: SVT monitors (`open_monitor`, `spend_and_check_out`),
+Refused on period scopes: SVT monitors (`spend_and_check_out`),
 whose sealed state spans runs and so periods, while the monitor's budget is
 debited only once.
 The period length is kept in the scope row's filter_state JSON (`filter` =
@@ -84,15 +85,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from fractions import Fraction
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, Callable, Iterator
 
 import sqlalchemy as sa
 from sqlalchemy import event as sa_event
 from sqlalchemy.engine import make_url
 
-from accounting.events import ApproxDP, Event, InvalidEventError, PureDP
+from accounting.events import Event, InvalidEventError
 from accounting.filters import (
-    FSRCFilter,
     PrivacyFilter,
     SCOPE_FILTERS,
     default_scope_filter,
@@ -108,7 +108,6 @@ _LOCK_TIMEOUT_SECONDS = 120
 PERIOD_SCOPE = "period-scope"  # the `filter` tag of a period scope's filter_state JSON
 MAX_PERIODS_PER_SPEND = 100_000  # one spend touches at most this many periods (one row each)
 
-T = TypeVar("T")
 
 
 class LedgerError(ValueError):
@@ -697,15 +696,11 @@ class Ledger:
                 sa.select(sa.func.count()).select_from(self.releases).where(self.releases.c.scope == scope)
             ).scalar_one()
             monitors = conn.execute(
-                sa.select(self.monitors.c.name, self.monitors.c.epsilon, self.monitors.c.delta, self.monitors.c.halted)
-                .where(self.monitors.c.scope == scope)
-                .order_by(self.monitors.c.name)
+                sa.select(self.monitors).where(self.monitors.c.scope == scope).order_by(self.monitors.c.name)
             ).all()
             period, template = _scope_config(row)
             period_rows = [] if period is None else self._period_rows(conn, scope)
-        monitors_view = [
-            {"name": m.name, "epsilon": m.epsilon, "delta": m.delta, "halted": bool(m.halted)} for m in monitors
-        ]
+        monitors_view = [_monitor_view(m) for m in monitors]
         if period is not None:
             return self._period_view(row, period, template, period_rows, int(count), monitors_view)
         budget_filter = PrivacyFilter.from_dict(template)
@@ -802,57 +797,6 @@ class Ledger:
 
     # -- monitors (sealed FSRC state) -------------------------------------------------------------
 
-    def open_monitor(self, scope: str, name: str, epsilon: float, delta: float, label: str) -> SpendResult:
-        """Debit the scope for a monitor whose whole run is (epsilon, delta)-DP and store its FSRC filter, sealed."""
-        _check_name("monitor", name, 200)
-        monitor_filter = FSRCFilter(epsilon, delta)
-        event = ApproxDP(epsilon, delta) if delta > 0 else PureDP(epsilon)
-        with self._transaction() as conn:
-            self._refuse_periods(self._lock_scope(conn, scope), "svt monitors (open_monitor)")
-            exists = conn.execute(
-                sa.select(self.monitors.c.name).where(
-                    (self.monitors.c.scope == scope) & (self.monitors.c.name == name)
-                )
-            ).first()
-            if exists is not None:
-                raise LedgerError(f"monitor {name!r} already exists on scope {scope!r}")
-        result = self.spend(scope, event, label)
-        if not result.admitted:
-            return result
-        with self._transaction() as conn:
-            self._lock_scope(conn, scope)
-            conn.execute(
-                self.monitors.insert().values(
-                    scope=scope,
-                    name=name,
-                    epsilon=float(epsilon),
-                    delta=float(delta),
-                    sealed_state=json.dumps(monitor_filter.to_dict()),
-                    halted=False,
-                    created_at=_now(),
-                )
-            )
-        return result
-
-    def update_monitor(self, scope: str, name: str, update: Callable[[FSRCFilter], T]) -> T:
-        """Run `update` on the monitor's FSRC filter inside one transaction and store the result, sealed."""
-        with self._transaction() as conn:
-            self._lock_scope(conn, scope)
-            row = conn.execute(
-                sa.select(self.monitors).where((self.monitors.c.scope == scope) & (self.monitors.c.name == name))
-            ).one_or_none()
-            if row is None:
-                raise LedgerError(f"unknown monitor {name!r} on scope {scope!r}")
-            monitor_filter = PrivacyFilter.from_dict(json.loads(row.sealed_state))
-            value = update(monitor_filter)
-            conn.execute(
-                self.monitors.update()
-                .where((self.monitors.c.scope == scope) & (self.monitors.c.name == name))
-                .values(sealed_state=json.dumps(monitor_filter.to_dict()), halted=monitor_filter.halted)
-            )
-        return value
-
-
     def monitor_record(self, scope: str, name: str) -> dict[str, Any] | None:
         """The monitor's sealed record, or None when the scope has no such monitor. Sealed: never publish it."""
         with self._transaction() as conn:
@@ -920,6 +864,21 @@ class Ledger:
             conn.execute(self.monitors.update()
                          .where((self.monitors.c.scope == scope) & (self.monitors.c.name == name))
                          .values(sealed_state=json.dumps({**record, "checked_out": None}), halted=bool(halted)))
+
+
+def _monitor_view(row: sa.Row) -> dict[str, Any]:
+    """A monitor's public view: its budget, halted or not, who holds it, and its filter's public figures.
+
+    Only the filter's `public_dict` is read from the sealed record (FSRC: the instances admitted and the
+    delta they used), never the realised spend.
+    """
+    record = json.loads(row.sealed_state)
+    sealed_filter = record.get("monitor", {}).get("filter")
+    public = {} if sealed_filter is None else PrivacyFilter.from_dict(sealed_filter).public_dict()
+    view = {"name": row.name, "epsilon": row.epsilon, "delta": row.delta, "halted": bool(row.halted),
+            "checked_out": record.get("checked_out")}
+    view.update({key: public[key] for key in ("instances", "delta_used") if key in public})
+    return view
 
 
 def _sqlite_on_connect(dbapi_connection, _record) -> None:

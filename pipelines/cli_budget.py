@@ -187,9 +187,19 @@ def _show(args: argparse.Namespace) -> int:
     print(f"  state: {state}")
     print(f"  releases: {view['releases']}{'  (halted)' if view['halted'] else ''}")
     for monitor in view["monitors"]:
-        status = "halted" if monitor["halted"] else "running"
-        print(f"  monitor {monitor['name']}: epsilon={monitor['epsilon']:g}, delta={monitor['delta']:g}, {status}")
+        print(f"  {_monitor_line(monitor)}")
     return 0
+
+
+def _monitor_line(monitor: dict) -> str:
+    """One monitor of `show`: budget, instances admitted and the delta they used (FSRC), and its status."""
+    status = "halted" if monitor["halted"] else "running"
+    if monitor["checked_out"] is not None:
+        status += f", checked out by ledger release {monitor['checked_out']}"
+    used = ""
+    if "delta_used" in monitor:
+        used = f", {monitor['instances']} instances admitted using delta={monitor['delta_used']:.6g}"
+    return f"monitor {monitor['name']}: epsilon={monitor['epsilon']:g}, delta={monitor['delta']:g}{used}, {status}"
 
 
 def _show_periods(view: dict) -> None:

@@ -11,9 +11,13 @@ privacy filter decides whether it may start; when it refuses, the monitor
 halts for good and says why.
 
 Methods (`method=`):
-- "fsrc" (default): Filtered Self-Reporting Composition (LPB Algorithm 4,
-  Thm 11 = Thm 19). An instance is admitted with its probabilistic-DP bound
-  eps_max (Zhu–Wang RDP converted to pDP at the budget's delta,
+- "fsrc" (default): Filtered Self-Reporting Composition (LPB Algorithm 4)
+  with a delta budget (`accounting.filters.FSRCFilter`: LPB Thm 11 as
+  printed charges delta once and is false; the admitted instances' deltas
+  add up). Instance t gets delta_t = delta 6 / (pi^2 t^2)
+  (`accounting.filters.fsrc.basel_delta`, so any number of instances fits in
+  delta) and is admitted with its probabilistic-DP bound eps_max_t (Zhu–Wang
+  RDP converted to pDP at delta_t,
   `accounting.selection.above_threshold_pdp_epsilon`); after its TOP the
   filter is charged the pure ex-post loss of the output BOT^(t-1) TOP
   (LPB Thm 17, `accounting.selection.above_threshold_expost_epsilon`).
@@ -40,6 +44,7 @@ import numpy as np
 from accounting import selection
 from accounting.events import ApproxDP, PureDP, SelfComposed
 from accounting.filters import FSRCFilter, PrivacyFilter, PureDPFilter, WhitehouseFilter
+from accounting.filters.fsrc import basel_delta
 from pipelines.mechanisms import _laplace_noise, _positive, laplace_above_threshold_epsilon
 from pipelines.noise import SecureRandom
 
@@ -64,6 +69,12 @@ def _expost_epsilon(t: int, sigma_threshold, sigma_query, threshold, sensitivity
     return float(selection.above_threshold_expost_epsilon(
         t, sigma_threshold, sigma_query, threshold, sensitivity, LOWER, UPPER, halted=halted
     ))
+
+
+@functools.lru_cache(maxsize=4096)
+def _pdp_epsilon(delta: float, sigma_threshold, sigma_query, threshold, sensitivity) -> float:
+    """Memoised Zhu–Wang pDP epsilon of one instance at `delta`; public arguments only."""
+    return selection.above_threshold_pdp_epsilon(delta, sigma_threshold, sigma_query, threshold, sensitivity, LOWER)
 
 
 def _whitehouse_instance_cost(epsilon, delta, sigma_threshold, sigma_query, threshold, sensitivity):
@@ -118,10 +129,13 @@ class SparseVectorMonitor:
     `sensitivity`; the released alert bits and halting flags of the whole
     monitor, over any number of windows and across `to_dict`/`from_dict`
     resumptions, are (epsilon, delta)-DP ("laplace": epsilon-DP).
-    Proof: "fsrc": LPB Thm 11 (FSRC) with each instance (eps_max, delta)-pDP by
-    Zhu–Wang's RDP (as restated in LPB Thm 6) and Markov's inequality (LPB
-    Sec 2), and eps_post-ex-post-DP by LPB Thm 17 (TOP) or the BOT^t bound
-    (instance closed from outside); "whitehouse": Whitehouse et al. 2023 as
+    Proof: "fsrc": FSRC with a delta budget (`accounting.filters.FSRCFilter`,
+    docs/proofs/accounting.filters.FSRCFilter.md; LPB Thm 11 as printed is
+    false) with instance t (eps_max_t, delta_t)-pDP by Zhu–Wang's RDP (as
+    restated in LPB Thm 6) and Markov's inequality (LPB Sec 2), the deltas
+    delta_t = delta 6/(pi^2 t^2) summing to less than delta, and
+    eps_post-ex-post-DP by LPB Thm 17 (TOP) or the BOT^t bound (instance
+    closed from outside); "whitehouse": Whitehouse et al. 2023 as
     restated in LPB Thm 20, instances (eps_i, delta_i)-DP since pDP implies DP;
     "laplace": Lyu–Su–Li 2017 Thm 2 per instance and the pure-DP filter.
     Instances cut short by `close()` and resumption are covered in
@@ -138,7 +152,8 @@ class SparseVectorMonitor:
     released); ex-post losses and eps_max are rounded up by `accounting.selection`,
     and the FSRC filter rounds its running sum up.
     Runtime: O(1) per window, plus one memoised ex-post quadrature (about 0.5 ms)
-    per new instance length; construction about 2 ms ("whitehouse": about 50 ms).
+    per new instance length and ("fsrc") one memoised pDP epsilon (about 0.8 ms)
+    per new instance index; construction about 3 ms ("whitehouse": about 50 ms).
     """
 
     def __init__(
@@ -193,29 +208,40 @@ class SparseVectorMonitor:
     # -- public parameters -------------------------------------------------
 
     def _set_instance_cost(self) -> None:
-        """The ex-ante price of one instance (public), and a check that the budget admits one."""
+        """The ex-ante price of the first instance (public), and a check that the budget admits one."""
         owner = "SparseVectorMonitor"
-        common = (self.sigma_threshold, self.sigma_query, self.threshold, self.sensitivity)
+        if self.method == "whitehouse":
+            self._whitehouse_price = _whitehouse_instance_cost(
+                self.epsilon, self.delta, self.sigma_threshold, self.sigma_query, self.threshold, self.sensitivity
+            )
+        self.instance_epsilon, self.instance_delta = self.instance_price(1)
         if self.method == "fsrc":
-            self.instance_epsilon = selection.above_threshold_pdp_epsilon(self.delta, *common, LOWER)
-            self.instance_delta = self.delta
-            fits = self._fresh_filter().admits(self.instance_epsilon)
+            fits = self._fresh_filter().admits(self.instance_epsilon, self.instance_delta)
         elif self.method == "whitehouse":
-            self.instance_epsilon, self.instance_delta, planned = _whitehouse_instance_cost(
-                self.epsilon, self.delta, *common
-            )
-            fits = planned > 0
+            fits = self._whitehouse_price[2] > 0
         else:
-            self.instance_epsilon = laplace_above_threshold_epsilon(
-                self._laplace_scale(self.sigma_threshold), self._laplace_scale(self.sigma_query), self.sensitivity
-            )
-            self.instance_delta = 0.0
             fits = self._fresh_filter().admits(PureDP(self.instance_epsilon))
         if not fits:
             raise ValueError(
                 f"{owner}: budget epsilon={self.epsilon!r} admits no {self.method} instance, "
                 f"whose ex-ante epsilon is {self.instance_epsilon:.6g}; raise epsilon or the noise"
             )
+
+    def instance_price(self, instance: int) -> tuple[float, float]:
+        """(ex-ante epsilon, delta) with which the `instance`-th AboveThreshold instance (from 1) is admitted.
+
+        "fsrc": (eps_max at delta_t, delta_t) with delta_t = delta 6 / (pi^2 t^2); "whitehouse": the
+        constant price of `_whitehouse_instance_cost`; "laplace": (Lyu–Su–Li epsilon, 0). Public parameters
+        and the instance index only.
+        """
+        if self.method == "fsrc":
+            delta = basel_delta(self.delta, instance)
+            return _pdp_epsilon(delta, self.sigma_threshold, self.sigma_query, self.threshold, self.sensitivity), delta
+        if self.method == "whitehouse":
+            return self._whitehouse_price[0], self._whitehouse_price[1]
+        return laplace_above_threshold_epsilon(
+            self._laplace_scale(self.sigma_threshold), self._laplace_scale(self.sigma_query), self.sensitivity
+        ), 0.0
 
     @staticmethod
     def _laplace_scale(sigma: float) -> float:
@@ -252,8 +278,10 @@ class SparseVectorMonitor:
 
     def describe(self) -> str:
         rule = {
-            "fsrc": f"FSRC filter (Lebensold–Precup–Balle Thm 11), instances admitted at eps_max="
-                    f"{self.instance_epsilon:.4g} and charged their ex-post loss",
+            "fsrc": f"FSRC filter with a delta budget (Lebensold–Precup–Balle Alg. 4; the admitted instances' deltas "
+                    f"add up): instance t is admitted at delta_t = delta 6/(pi^2 t^2) with the pDP epsilon eps_max at "
+                    f"delta_t (t = 1: eps_max={self.instance_epsilon:.4g}, delta_1={self.instance_delta:.3g}; t = 10: "
+                    f"eps_max={self.instance_price(10)[0]:.4g}) and charged its ex-post loss",
             "whitehouse": f"Whitehouse et al. filter, each instance priced ({self.instance_epsilon:.4g}, "
                           f"{self.instance_delta:.3g})-DP by Zhu–Wang",
             "laplace": f"pure-DP filter, each Laplace instance priced {self.instance_epsilon:.4g}",
@@ -295,11 +323,12 @@ class SparseVectorMonitor:
         if self._halt_reason is not None:
             return MonitorOutput(window, False, True)
         if self._instance is None:
-            if not self._admit():
+            price = self._next_price()
+            if not self._admit(price):
                 self._halt_reason = (
                     f"budget exhausted: the {self._filter.kind} filter admits no further AboveThreshold instance "
-                    f"(ex-ante epsilon {self.instance_epsilon:.4g} per instance; budget ({self.epsilon:g}, "
-                    f"{self.delta:g})); halted at window {window}"
+                    f"(the next would have ex-ante epsilon {price[0]:.4g} and delta {price[1]:.3g}; budget "
+                    f"({self.epsilon:g}, {self.delta:g})); halted at window {window}"
                 )
                 return MonitorOutput(window, False, True)
             self._instance = _Instance(window, 0, self.threshold + self._noise(rng, self.sigma_threshold))
@@ -321,12 +350,18 @@ class SparseVectorMonitor:
         if self._instance is not None:
             self._end_instance(halted=False)
 
-    def _admit(self) -> bool:
+    def _next_price(self) -> tuple[float, float]:
+        """The price of the next instance: only "fsrc" prices depend on how many instances were admitted."""
         if self.method == "fsrc":
-            return self._filter.admits(self.instance_epsilon)
+            return self.instance_price(self._filter.instances + 1)
+        return self.instance_epsilon, self.instance_delta
+
+    def _admit(self, price: tuple[float, float]) -> bool:
+        if self.method == "fsrc":
+            return self._filter.admits(*price)
         if self.method == "whitehouse":
-            return self._filter.try_spend(ApproxDP(self.instance_epsilon, self.instance_delta))
-        return self._filter.try_spend(PureDP(self.instance_epsilon))
+            return self._filter.try_spend(ApproxDP(*price))
+        return self._filter.try_spend(PureDP(price[0]))
 
     def _noise(self, rng: SecureRandom, sigma: float) -> float:
         if self.method == "laplace":

@@ -32,10 +32,11 @@ What each release costs (events of one run; `runs` of them are composed):
   for method laplace), with (epsilon_m, delta_m) = weight / total weight of
   the job's (epsilon, delta). It is debited once, when the monitor is opened
   on the scope; later scheduled runs of the same monitor debit nothing for it,
-  because its filter (`pipelines.monitor`) never lets the monitor's output
-  exceed that budget, however many runs and windows follow. The other
-  releases are calibrated with these events fixed in the composition, so
-  their noise does not depend on whether the monitor is new.
+  because its filter (`pipelines.monitor`; FSRC with a delta budget: the
+  admitted instances' deltas add up to at most delta_m) never lets the
+  monitor's output exceed that budget, however many runs and windows follow.
+  The other releases are calibrated with these events fixed in the
+  composition, so their noise does not depend on whether the monitor is new.
 
 Privacy: add/remove all records of one privacy unit (spec.py). Contribution
 bounding per window gives the sensitivities of `spec.ContributionBounds`.
@@ -344,7 +345,8 @@ class SvtPlan:
     epsilon: float
     delta: float
     event: Event
-    instance_epsilon: float  # ex-ante (pDP or pure) epsilon of one AboveThreshold instance
+    instance_epsilon: float  # ex-ante (pDP or pure) epsilon of the first AboveThreshold instance
+    instance_delta: float  # its delta; fsrc: instance t gets delta 6 / (pi^2 t^2), at a larger epsilon
     monitor_text: str
 
     @property
@@ -638,4 +640,4 @@ def _svt_plan(spec: ReleaseSpec, bounds: ContributionBounds, window: WindowSpec,
     except ValueError as err:
         raise PlanningError(f"{where}: {err}") from err
     return SvtPlan(spec, window.count, sensitivity, monitor_epsilon, monitor_delta, event, monitor.instance_epsilon,
-                   monitor.describe())
+                   monitor.instance_delta, monitor.describe())

@@ -3,12 +3,15 @@ import json
 import math
 import subprocess
 import sys
+from fractions import Fraction
 
 import numpy as np
 import pytest
 
 from accounting.events import ApproxDP, SelfComposed
 from accounting.filters import WhitehouseFilter
+from accounting.filters.base import fraction_to_json
+from accounting.filters.fsrc import basel_delta
 from accounting.selection import above_threshold_expost_epsilon, above_threshold_pdp_epsilon
 from pipelines.mechanisms import above_threshold, laplace_above_threshold, laplace_above_threshold_epsilon
 from pipelines.monitor import MonitorOutput, SparseVectorMonitor
@@ -113,11 +116,18 @@ RHO, SIGMA = 0.2, 0.05
 
 
 def test_fsrc_halts_when_spend_plus_eps_max_reaches_budget():
+    """Instance t is admitted at eps_max(delta_t), delta_t = delta 6/(pi^2 t^2): the budget below admits three
+    TOPs, and would admit a fourth at the published rule's eps_max(delta)."""
     sz = SIGMA * math.sqrt(3)
-    eps_max = above_threshold_pdp_epsilon(1e-6, SIGMA, sz, RHO, SENSITIVITY)
+    eps_max = [above_threshold_pdp_epsilon(1e-6 * 6 / math.pi**2 / t**2, SIGMA, sz, RHO, SENSITIVITY)
+               for t in (1, 2, 3, 4)]
+    published = above_threshold_pdp_epsilon(1e-6, SIGMA, sz, RHO, SENSITIVITY)
     one_top = above_threshold_expost_epsilon(1, SIGMA, sz, RHO, SENSITIVITY)
-    monitor = SparseVectorMonitor(RHO, SIGMA, SENSITIVITY, eps_max + 2.5 * one_top, 1e-6, rng=SecureRandom(0))
-    assert monitor.instance_epsilon == eps_max
+    budget = 3 * one_top + (published + eps_max[3]) / 2
+    assert 2 * one_top + eps_max[2] < budget < 3 * one_top + eps_max[3] and 3 * one_top + published < budget
+    monitor = SparseVectorMonitor(RHO, SIGMA, SENSITIVITY, budget, 1e-6, rng=SecureRandom(0))
+    assert monitor.instance_epsilon == pytest.approx(eps_max[0], rel=1e-12)
+    assert [monitor.instance_price(t)[0] for t in (1, 2, 3, 4)] == pytest.approx(eps_max, rel=1e-12)
     outputs = monitor.process_many(ALWAYS)
     assert [o.alert for o in outputs] == [True] * 3 + [False] * 9
     assert [o.halted for o in outputs] == [False] * 3 + [True] * 9
@@ -200,7 +210,8 @@ def test_close_charges_the_bot_t_expost_loss():
     outputs = monitor.process_many(np.zeros(7))  # far below 0.9: seven BOTs with overwhelming probability
     assert not any(o.alert for o in outputs)
     before = monitor.to_dict()["filter"]["state"]
-    assert before == {"spent_epsilon": 0.0, "open": True}
+    first_delta = Fraction(basel_delta(1e-6, 1))
+    assert before == {"spent_epsilon": 0.0, "open": True, "instances": 1, "spent_delta": fraction_to_json(first_delta)}
     monitor.close()
     after = monitor.to_dict()["filter"]["state"]
     bot7 = above_threshold_expost_epsilon(7, 0.08, sz, 0.9, SENSITIVITY, halted=False)
@@ -208,8 +219,10 @@ def test_close_charges_the_bot_t_expost_loss():
     assert after["spent_epsilon"] == math.nextafter(bot7, math.inf)
     monitor.close()  # nothing open: no charge
     assert monitor.to_dict()["filter"]["state"] == after
-    assert monitor.process(0.0) == MonitorOutput(7, False, False)  # a fresh instance starts
+    assert monitor.process(0.0) == MonitorOutput(7, False, False)  # a fresh instance starts, at the next delta
     assert monitor.to_dict()["instance"] == {"start": 7, "bots": 1}
+    state = monitor.to_dict()["filter"]["state"]
+    assert state["instances"] == 2 and state["spent_delta"] == fraction_to_json(first_delta + Fraction(basel_delta(1e-6, 2)))
 
 
 def test_top_charges_the_bot_t_minus_one_top_loss():

@@ -5,6 +5,7 @@ Exact references are computed with mpmath (40 digits) in the tests only.
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import mpmath
 import pytest
@@ -25,6 +26,7 @@ from accounting.filters import (
     scope_filter,
     zcdp_rho_for,
 )
+from accounting.filters.fsrc import basel_delta
 
 mpmath.mp.dps = 40
 
@@ -329,30 +331,70 @@ def test_gdp_residue_prices_laplace_at_randomized_response():
 
 def test_fsrc_admits_charges_and_halts():
     f = FSRCFilter(1.0, 1e-6)
-    assert f.admits(0.4)
+    assert f.admits(0.4, 1e-7)
     f.charge(0.1)
-    assert f.admits(0.8)  # 0.1 + 0.8 < 1
+    assert f.admits(0.8, 1e-7)  # 0.1 + 0.8 < 1
     f.charge(0.5)
-    assert not f.admits(0.4)  # 0.6 + 0.4 >= 1: HALT (Alg. 4 uses >=)
-    assert f.halted and not f.admits(0.0)
+    assert not f.admits(0.4, 1e-7)  # 0.6 + 0.4 >= 1: HALT (Alg. 4 uses >=)
+    assert f.halted and not f.admits(0.0, 0.0)
     with pytest.raises(ValueError, match="needs an admitted mechanism"):
         f.charge(0.1)
 
 
+def test_fsrc_deltas_of_admitted_mechanisms_add_up_and_the_delta_budget_halts():
+    f = FSRCFilter(10.0, 1e-6)
+    for _ in range(4):  # 4 x 0.25e-6 fills delta exactly (exact rationals: no drift)
+        assert f.admits(0.1, 0.25e-6)
+        f.charge(0.0)
+    assert f.instances == 4 and f.delta_used == 1e-6 and not f.halted
+    assert not f.admits(0.0, 1e-18)  # epsilon is far from spent, delta is not: HALT
+    assert f.halted and f.public_dict() == {"filter": "fsrc", "epsilon": 10.0, "delta": 1e-6, "instances": 4,
+                                            "delta_used": 1e-6, "halted": True}
+
+
+def test_basel_schedule_sums_below_delta_and_feeds_the_filter_for_ever():
+    delta = 1e-6
+    terms = [basel_delta(delta, t) for t in range(1, 20001)]
+    assert terms[0] == pytest.approx(delta * 6 / math.pi**2, rel=1e-15) and terms[0] < delta * 6 / math.pi**2
+    assert all(a > b for a, b in zip(terms, terms[1:]))
+    tail = delta * 6 / math.pi**2 / 20000  # the sum over t > 20000 of 1/t^2 is below 1/20000
+    assert Fraction(0) < sum(map(Fraction, terms)) < Fraction(delta) - Fraction(tail) * Fraction(1, 2)
+    f = FSRCFilter(1.0, delta)
+    for t in range(1, 20001):
+        assert f.admits(0.0, basel_delta(delta, t))
+        f.charge(0.0)
+    assert f.delta_used < delta and not f.halted
+    with pytest.raises(ValueError, match="instance"):
+        basel_delta(delta, 0)
+
+
 def test_fsrc_state_is_sealed_but_resumable():
     f = FSRCFilter(2.0, 1e-6)
-    assert f.admits(0.5)
+    assert f.admits(0.5, 3e-7)
     f.charge(0.3125)
     assert "spent" not in str(f.public_dict()) and "0.3125" not in str(f.public_dict())
     g = PrivacyFilter.from_dict(f.to_dict())
-    assert g.admits(1.68) and not FSRCFilter.from_dict(f.to_dict()).admits(1.6875)
+    assert g.instances == 1 and g.delta_used == 3e-7
+    assert g.admits(1.68, 7e-7) and not FSRCFilter.from_dict(f.to_dict()).admits(1.6875, 1e-7)
+    assert not FSRCFilter.from_dict(f.to_dict()).admits(0.1, 7.000001e-7)
+
+
+def test_fsrc_refuses_a_state_sealed_under_the_published_rule():
+    legacy = {"filter": "fsrc", "parameters": {"epsilon": 1.0, "delta": 1e-6},
+              "state": {"spent_epsilon": 0.2, "open": False}, "halted": False}
+    with pytest.raises(ValueError, match="predates the filter's delta budget"):
+        PrivacyFilter.from_dict(legacy)
 
 
 def test_fsrc_rejects_bad_values():
     f = FSRCFilter(1.0, 1e-6)
     for bad in (-0.1, math.nan, math.inf):
         with pytest.raises(ValueError, match="eps_max"):
-            f.admits(bad)
+            f.admits(bad, 1e-7)
+    for bad in (-1e-7, 1.0, math.nan):
+        with pytest.raises(ValueError, match="delta"):
+            f.admits(0.1, bad)
+    assert f.instances == 0 and not f.halted
 
 
 # -- scope construction --------------------------------------------------------------------------

@@ -8,14 +8,16 @@ that is dropped afterwards.
 from __future__ import annotations
 
 import json
+import math
 import os
 import uuid
 
 import pytest
 import sqlalchemy as sa
 
-from accounting.events import Gaussian, PureDP, SelfComposed
-from accounting.filters import PureDPFilter
+from accounting.events import ApproxDP, Gaussian, PureDP, SelfComposed
+from accounting.filters import FSRCFilter, PureDPFilter
+from accounting.filters.fsrc import basel_delta
 from accounting.ledger import Ledger, LedgerError
 from tests.accounting.ledger_race import kill_inside_debit, race
 
@@ -141,17 +143,25 @@ def test_halting_filter_records_its_halt(ledger_url):
 
 
 def test_monitor_state_is_sealed(ledger_url):
+    """A monitor opened and checked in: `show` gives its instances and delta used, never its realised spend."""
     scope = _scope_name()
+    monitor = FSRCFilter(1.0, 1e-7)
+    assert monitor.admits(0.3, basel_delta(1e-7, 1))
+    monitor.charge(0.123456)
+    assert monitor.admits(0.35, basel_delta(1e-7, 2))
+    monitor.charge(0.654321)
     with Ledger(ledger_url, create=True) as ledger:
         ledger.init_scope(scope, 2.0, 1e-6)
-        assert ledger.open_monitor(scope, "alerts", 1.0, 1e-7, "svt monitor").admitted
-        assert ledger.update_monitor(scope, "alerts", lambda f: f.admits(0.3))
-        ledger.update_monitor(scope, "alerts", lambda f: f.charge(0.123456))
-        assert not ledger.update_monitor(scope, "alerts", lambda f: f.admits(0.9))
+        opened = ledger.spend_and_check_out(scope, ApproxDP(1.0, 1e-7), "svt monitor", {"alerts": (1.0, 1e-7, None)})
+        assert opened.admitted
+        assert ledger.show(scope)["monitors"][0]["checked_out"] == opened.release_id
+        ledger.check_in_monitor(scope, "alerts", opened.release_id, {"monitor": {"filter": monitor.to_dict()}}, True)
         view = ledger.show(scope)
-        assert view["monitors"] == [{"name": "alerts", "epsilon": 1.0, "delta": 1e-7, "halted": True}]
+        assert view["monitors"] == [{"name": "alerts", "epsilon": 1.0, "delta": 1e-7, "halted": True,
+                                     "checked_out": None, "instances": 2, "delta_used": monitor.delta_used}]
+        assert monitor.delta_used == pytest.approx(1e-7 * 6 / math.pi**2 * 1.25)
         text = json.dumps(view) + json.dumps([r.to_dict() for r in ledger.history(scope)])
-        assert "0.123456" not in text and "spent" not in json.dumps(view["monitors"])
+        assert "0.123456" not in text and "0.654321" not in text and "spent" not in json.dumps(view["monitors"])
 
 
 # -- races ---------------------------------------------------------------------------------------
