@@ -99,6 +99,17 @@ class CalibratedRelease:
 
 
 @dataclass(frozen=True)
+class FixedEvent:
+    """A named event whose cost does not scale with the noise (e.g. an svt monitor's whole budget).
+
+    Events are values (two monitors with equal parameters have equal events); the name is the identity.
+    """
+
+    name: str
+    event: Event
+
+
+@dataclass(frozen=True)
 class CalibratedPlan:
     releases: tuple[CalibratedRelease, ...]
     target_epsilon: float
@@ -106,23 +117,28 @@ class CalibratedPlan:
     epsilon: float  # the accountant's epsilon at target_delta, <= target_epsilon
     explanation: Explanation
     adaptive: bool = True
-    fixed: tuple[Event, ...] = ()
+    fixed: tuple[FixedEvent, ...] = ()
 
-    def events(self) -> tuple[Event, ...]:
-        return tuple(SelfComposed(r.event, r.release.count) for r in self.releases) + self.fixed
+    def events(self, without: frozenset[str] = frozenset()) -> tuple[Event, ...]:
+        """Every release's events (count times its per-run event), then the fixed events not named in `without`."""
+        unknown = without - {f.name for f in self.fixed}
+        if unknown:
+            raise CalibrationError(f"no fixed events named {sorted(unknown)}; fixed: {[f.name for f in self.fixed]}")
+        calibrated = tuple(SelfComposed(r.event, r.release.count) for r in self.releases)
+        return calibrated + tuple(f.event for f in self.fixed if f.name not in without)
 
     def by_name(self) -> dict[str, CalibratedRelease]:
         return {r.release.name: r for r in self.releases}
 
 
 def _compose(
-    releases: tuple[Release, ...], scale: float, adaptive: bool, fixed: tuple[Event, ...]
+    releases: tuple[Release, ...], scale: float, adaptive: bool, fixed: tuple[FixedEvent, ...]
 ) -> tuple[Accountant, list[Event]]:
     total_weight = math.fsum(r.weight for r in releases)
     events = [r.event(scale * r.weight / total_weight) for r in releases]
     accountant = Accountant(adaptive=adaptive)
-    for event in fixed:
-        accountant.compose(event)
+    for named in fixed:
+        accountant.compose(named.event)
     for release, event in zip(releases, events):
         accountant.compose(event, release.count)
     return accountant, events
@@ -134,19 +150,20 @@ def calibrate(
     delta: float,
     adaptive: bool = True,
     rtol: float = 1e-6,
-    fixed: tuple[Event, ...] = (),
+    fixed: tuple[FixedEvent, ...] = (),
 ) -> CalibratedPlan:
     """The least noise for every release such that the whole plan is (epsilon, delta)-DP.
 
-    `fixed` holds events whose cost does not scale with the noise (e.g. the
-    delta a truncated-Gaussian partition selection spends); they are composed
-    with the plan as they are.
+    `fixed` holds named events whose cost does not scale with the noise (an
+    svt monitor's whole budget); they are composed with the plan as they are.
+    A plan of fixed events only is checked against the target and returned.
     """
-    releases = tuple(releases)
-    if not releases:
-        raise CalibrationError("a plan needs at least one release")
-    if len({r.name for r in releases}) != len(releases):
-        raise CalibrationError(f"release names must be unique, got {[r.name for r in releases]}")
+    releases, fixed = tuple(releases), tuple(fixed)
+    if not releases and not fixed:
+        raise CalibrationError("a plan needs at least one release or fixed event")
+    names = [r.name for r in releases] + [f.name for f in fixed]
+    if len(set(names)) != len(names):
+        raise CalibrationError(f"release and fixed event names must be unique, got {names}")
     if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
         raise CalibrationError(f"target epsilon must be a positive finite number, got {epsilon!r}")
     if not (isinstance(delta, (int, float)) and 0 < delta < 1):
@@ -155,6 +172,8 @@ def calibrate(
     def spent(scale: float) -> float:
         return _compose(releases, scale, adaptive, fixed)[0].epsilon(delta)
 
+    if not releases:
+        return _checked_plan(releases, 0.0, epsilon, delta, adaptive, fixed)
     # rho of a plan that meets the target lies below epsilon^2/2 * (something); start from a pure-DP guess.
     lo, hi = epsilon**2 / 1e6, epsilon**2
     while spent(lo) > epsilon:
@@ -169,9 +188,15 @@ def calibrate(
             lo = mid
         else:
             hi = mid
-    accountant, events = _compose(releases, lo, adaptive, fixed)
+    return _checked_plan(releases, lo, epsilon, delta, adaptive, fixed)
+
+
+def _checked_plan(releases: tuple[Release, ...], scale: float, epsilon: float, delta: float, adaptive: bool,
+                  fixed: tuple[FixedEvent, ...]) -> CalibratedPlan:
+    """The plan at `scale`, after checking that the accountant's epsilon meets the target."""
+    accountant, events = _compose(releases, scale, adaptive, fixed)
     explanation = accountant.explain(delta)
     if explanation.value > epsilon:  # bisection invariant: lo always meets the target
-        raise CalibrationError(f"calibration failed to meet epsilon={epsilon}: got {explanation.value}")
+        raise CalibrationError(f"the plan does not meet epsilon={epsilon}: the accountant gives {explanation.value}")
     calibrated = tuple(CalibratedRelease(r, e) for r, e in zip(releases, events))
-    return CalibratedPlan(calibrated, epsilon, delta, explanation.value, explanation, adaptive, tuple(fixed))
+    return CalibratedPlan(calibrated, epsilon, delta, explanation.value, explanation, adaptive, fixed)

@@ -36,7 +36,8 @@ What each release costs (events of one run; `runs` of them are composed):
   admitted instances' deltas add up to at most delta_m) never lets the
   monitor's output exceed that budget, however many runs and windows follow.
   The other releases are calibrated with these events fixed in the
-  composition, so their noise does not depend on whether the monitor is new.
+  composition (named: `JobPlan.events` leaves out the continued monitors by
+  name), so their noise does not depend on whether the monitor is new.
 
 Privacy: add/remove all records of one privacy unit (spec.py). Contribution
 bounding per window gives the sensitivities of `spec.ContributionBounds`.
@@ -57,8 +58,7 @@ import math
 from dataclasses import dataclass
 from typing import Union
 
-from accounting.accountant import Accountant
-from accounting.calibrate import CalibratedPlan, Release, calibrate
+from accounting.calibrate import CalibratedPlan, FixedEvent, Release, calibrate
 from accounting.events import ZCDP, ApproxDP, Event, GaussianThreshold, Laplace, PureDP, SelfComposed
 from accounting.numerics import epsilon_from_delta_curve, expanding_upper
 from accounting.selection import report_noisy_max_epsilon
@@ -403,10 +403,10 @@ class JobPlan:
         return self.calibrated.target_delta
 
     def events(self, continued: frozenset[str] = frozenset()) -> tuple[Event, ...]:
-        """The job's events, as debited from the budget scope; `continued`: svt monitors already open (no debit)."""
-        monitors = {r.event: r.name for r in self.releases if isinstance(r, SvtPlan)}
-        fixed = tuple(e for e in self.calibrated.fixed if monitors.get(e) not in continued)
-        return tuple(SelfComposed(r.event, r.release.count) for r in self.calibrated.releases) + fixed
+        """The job's events, as debited from the budget scope; `continued`: names of the svt monitors already
+        open on the scope, whose budgets are not debited again. Monitors are told apart by name, never by event
+        (two monitors with equal parameters have equal events)."""
+        return self.calibrated.events(without=frozenset(continued))
 
     def monitors(self) -> tuple[SvtPlan, ...]:
         return tuple(r for r in self.releases if isinstance(r, SvtPlan))
@@ -538,18 +538,9 @@ def plan_job(
         elif spec.kind != "svt":
             raise PlanningError(f"{where}: kind {spec.kind!r} is not planned by pipelines.planning; allowed: histogram, topk, peak")
 
-    fixed = tuple(monitor.event for monitor in monitors.values())
+    fixed = tuple(FixedEvent(name, monitor.event) for name, monitor in monitors.items())
     try:
-        if entries:
-            calibrated = calibrate(entries, epsilon, delta, fixed=fixed)
-        else:
-            accountant = Accountant()
-            for event in fixed:
-                accountant.compose(event)
-            explanation = accountant.explain(delta)
-            if explanation.value > epsilon:
-                raise ValueError(f"the monitors' budgets compose to epsilon {explanation.value!r}")
-            calibrated = CalibratedPlan((), epsilon, delta, explanation.value, explanation, True, fixed)
+        calibrated = calibrate(entries, epsilon, delta, fixed=fixed)
     except (ValueError, SpecError) as err:
         raise PlanningError(f"cannot calibrate the job to epsilon={epsilon!r}, delta={delta!r}: {err}") from err
     by_name = calibrated.by_name()

@@ -4,7 +4,7 @@ import pytest
 
 from accounting import Accountant
 from accounting.bounds.gaussian import gdp_epsilon
-from accounting.calibrate import CalibrationError, Release, calibrate
+from accounting.calibrate import CalibrationError, FixedEvent, Release, calibrate
 from accounting.events import Gaussian, Laplace
 
 
@@ -52,7 +52,7 @@ def test_more_runs_need_more_noise():
         (lambda: Release("x", "gaussian", weight=0), "weight must be a positive finite number, got 0"),
         (lambda: Release("x", "gaussian", sensitivity=math.nan), "sensitivity must be a positive finite number"),
         (lambda: Release("x", "gaussian", count=0), "count must be a positive integer, got 0"),
-        (lambda: calibrate([], 1.0, 1e-6), "at least one release"),
+        (lambda: calibrate([], 1.0, 1e-6), "at least one release or fixed event"),
         (lambda: calibrate([Release("a", "gaussian")] * 2, 1.0, 1e-6), "names must be unique"),
         (lambda: calibrate([Release("a", "gaussian")], -1.0, 1e-6), "target epsilon must be a positive"),
         (lambda: calibrate([Release("a", "gaussian")], 1.0, 0.0), r"target delta must lie in \(0, 1\)"),
@@ -73,9 +73,26 @@ def test_fixed_events_take_their_share_first():
     from accounting.events import ApproxDP
 
     free = calibrate([Release("a", "gaussian")], 1.0, 1e-6).by_name()["a"].noise
-    plan = calibrate([Release("a", "gaussian")], 1.0, 1e-6, fixed=(ApproxDP(0.2, 0.0 + 1e-7),))
+    plan = calibrate([Release("a", "gaussian")], 1.0, 1e-6, fixed=(FixedEvent("m", ApproxDP(0.2, 0.0 + 1e-7)),))
     assert plan.by_name()["a"].noise > free
     accountant = Accountant()
     for event in plan.events():
         accountant.compose(event)
     assert accountant.epsilon(1e-6) <= 1.0
+    assert plan.events(without=frozenset({"m"})) == plan.events()[:1]
+
+
+def test_fixed_events_are_told_apart_by_name_and_checked_without_releases():
+    from accounting.events import ApproxDP
+
+    event = ApproxDP(0.2, 1e-7)  # two monitors with equal parameters: equal events, distinct names
+    plan = calibrate([], 1.0, 1e-6, fixed=(FixedEvent("a", event), FixedEvent("b", event)))
+    assert plan.events() == (event, event) and plan.releases == ()
+    assert plan.events(without=frozenset({"a"})) == (event,) and plan.events(without=frozenset({"a", "b"})) == ()
+    assert 0.39 < plan.epsilon <= 0.4  # the accountant composes both: at most basic composition
+    with pytest.raises(CalibrationError, match="no fixed events named \\['c'\\]"):
+        plan.events(without=frozenset({"c"}))
+    with pytest.raises(CalibrationError, match="does not meet epsilon=0.3"):
+        calibrate([], 0.3, 1e-6, fixed=(FixedEvent("a", event), FixedEvent("b", event)))
+    with pytest.raises(CalibrationError, match="names must be unique"):
+        calibrate([Release("a", "gaussian")], 1.0, 1e-6, fixed=(FixedEvent("a", event),))
