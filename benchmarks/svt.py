@@ -10,9 +10,12 @@ Streams:
   stretches ~0.3, high stretches ~0.7 with planted change points), threshold
   0.5, sensitivity 1e-3.
 Methods at equal budget (the demo monitor's: 2/6 of the demo job's epsilon 2
-and delta 1e-6): fsrc (FSRC filter, Zhu–Wang pDP admission, ex-post
-charges) and whitehouse (Zhu–Wang RDP priced per instance under the
-Whitehouse et al. filter). Grid: sigma_threshold in SIGMAS, sigma_query =
+and delta 1e-6): fsrc (FSRC filter with a delta budget, Zhu–Wang pDP
+admission at delta_t = delta 6/(pi^2 t^2), ex-post charges), fsrc_uniform
+(delta_t = delta / N), fsrc_published (UNSOUND reference: LPB Thm 11 as
+printed, delta charged once; what the correction costs) and whitehouse
+(Zhu–Wang RDP priced per instance under the Whitehouse et al. filter);
+see `benchmarks.svt_filters`. Grid: sigma_threshold in SIGMAS, sigma_query =
 sqrt(3) sigma_threshold; `--seeds` noise seeds per setting. Measured: windows
 processed before halting, alerts, F1 of the alert bits against the noise-free
 run (alerts exactly where the query reaches the threshold).
@@ -36,7 +39,7 @@ RESULTS = Path(__file__).parent / "results" / "svt.json"
 PLOT = Path(__file__).parent / "results" / "svt.png"
 EPSILON, DELTA = 2.0 / 3.0, 1e-6 / 3.0
 SIGMAS = (0.04, 0.06, 0.08, 0.1, 0.12, 0.15, 0.2)
-METHODS = ("fsrc", "whitehouse")
+METHODS = ("fsrc", "fsrc_uniform", "fsrc_published", "whitehouse")
 
 
 def flights_stream() -> np.ndarray:
@@ -91,11 +94,12 @@ def plot(rows: list[dict]) -> None:
 
     figure, axes = plt.subplots(2, 2, figsize=(10, 6.5), sharex=True)
     for column, stream in enumerate(("flights", "change_points")):
-        for method, style in zip(METHODS, ("o-", "s--")):
+        for method, style in zip(METHODS, ("o-", "^-", "x:", "s--")):
             chosen = [r for r in rows if r["stream"] == stream and r["method"] == method]
             sigmas = [r["sigma_threshold"] for r in chosen]
-            axes[0, column].plot(sigmas, [r["f1"] for r in chosen], style, label=method)
-            axes[1, column].plot(sigmas, [r["windows"] for r in chosen], style, label=method)
+            label = f"{method} (printed rule, unsound)" if method == "fsrc_published" else method
+            axes[0, column].plot(sigmas, [r["f1"] for r in chosen], style, label=label)
+            axes[1, column].plot(sigmas, [r["windows"] for r in chosen], style, label=label)
         total = next(r["windows_total"] for r in rows if r["stream"] == stream)
         axes[0, column].set_title(f"{stream}: F1 vs the noise-free run")
         axes[1, column].set_title(f"{stream}: windows before halting (of {total})")

@@ -16,7 +16,14 @@ Streams (the kind of the experiments of Lebensold–Precup–Balle 2024, Sec 4.1
   consecutive TOPs, i.e. many short instances.
 
 Methods (all at the same (epsilon, delta), delta = 1e-6; sigma_query = sqrt(3) sigma_threshold):
-- fsrc: FSRC filter, admission at the Zhu–Wang pDP bound, ex-post charges;
+- fsrc: FSRC filter with a delta budget, instance t admitted at the Zhu–Wang
+  pDP bound at delta_t = delta 6/(pi^2 t^2), ex-post charges (dpstream's monitor);
+- fsrc_uniform: the same with delta_t = delta / N, N the most instances the
+  epsilon budget can admit (the alternative schedule; benchmark only);
+- fsrc_published: UNSOUND reference, the rule of Lebensold–Precup–Balle
+  Thm 11 as printed (every instance at the pDP bound at delta, delta charged
+  once; docs/proofs/accounting.filters.FSRCFilter.md): it measures what the
+  correction costs and is never offered to users;
 - whitehouse: Zhu–Wang RDP -> (eps_i, delta_i) per instance under the
   Whitehouse et al. filter (constant per-instance price chosen to admit the
   most instances);
@@ -43,7 +50,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pipelines.monitor import MONITOR_METHODS, SparseVectorMonitor
+from accounting.selection import above_threshold_expost_epsilon
+from pipelines.monitor import LOWER, UPPER, SparseVectorMonitor, _pdp_epsilon
 from pipelines.noise import SecureRandom
 
 RESULTS = Path(__file__).parent / "results" / "svt_filters.json"
@@ -73,6 +81,34 @@ def change_points(n: int, gen: np.random.Generator) -> np.ndarray:
 STREAMS = {"sparse_spikes": sparse_spikes, "change_points": change_points}
 
 
+class UniformFSRCMonitor(SparseVectorMonitor):
+    """FSRC with delta_t = delta / N, N = the most instances the epsilon budget can ever admit.
+
+    Every instance is charged at least c = the smaller ex-post loss of one window (TOP, or BOT closed), so
+    instance t is admitted only if (t - 1) c < epsilon: t <= floor(epsilon / c) + 1 = N.
+    """
+
+    def instance_price(self, instance: int) -> tuple[float, float]:
+        common = (self.sigma_threshold, self.sigma_query, self.threshold, self.sensitivity)
+        cheapest = min(above_threshold_expost_epsilon(1, *common, LOWER, UPPER, halted=halted) for halted in (True, False))
+        delta = math.nextafter(self.delta / (math.floor(self.epsilon / cheapest) + 1), 0.0)
+        return _pdp_epsilon(delta, *common), delta
+
+
+class PublishedFSRCMonitor(SparseVectorMonitor):
+    """UNSOUND, for measurement only: every instance priced at eps_max(delta) with delta charged once (LPB Thm 11
+    as printed). The filter is handed delta 0 per instance, so its delta budget never binds."""
+
+    def instance_price(self, instance: int) -> tuple[float, float]:
+        return _pdp_epsilon(self.delta, self.sigma_threshold, self.sigma_query, self.threshold, self.sensitivity), 0.0
+
+
+MONITORS = {"fsrc": SparseVectorMonitor, "fsrc_uniform": UniformFSRCMonitor, "fsrc_published": PublishedFSRCMonitor,
+            "whitehouse": SparseVectorMonitor, "laplace": SparseVectorMonitor}
+"""Benchmark method -> (monitor class); the fsrc variants run the monitor's "fsrc" method."""
+METHODS = tuple(MONITORS)
+
+
 def f1_score(alerts: np.ndarray, truth: np.ndarray) -> float:
     """F1 of alert bits against the noise-free alerts; 1 when neither has an alert."""
     true_pos = int(np.sum(alerts & truth))
@@ -87,8 +123,8 @@ def monitor_alerts(values: np.ndarray, threshold: float, method: str, sigma: flo
     A budget that admits not even one instance gives no alerts and 0 windows.
     """
     try:
-        monitor = SparseVectorMonitor(threshold, sigma, sensitivity, epsilon, delta, method=method,
-                                      rng=SecureRandom(seed))
+        monitor = MONITORS[method](threshold, sigma, sensitivity, epsilon, delta, method=method.split("_")[0],
+                                   rng=SecureRandom(seed))
     except ValueError as err:
         if "admits no" not in str(err):
             raise
@@ -125,15 +161,15 @@ def setting_row(stream: str, method: str, sigma: float, epsilon: float, sensitiv
 
 def markdown(rows: list[dict], windows: int) -> str:
     """One line per (stream, budget, sigma): windows processed and F1 per method."""
-    head = " | ".join(f"{m} windows | {m} F1" for m in MONITOR_METHODS)
+    head = " | ".join(f"{m} windows | {m} F1" for m in METHODS)
     lines = [f"| stream | epsilon | sensitivity | sigma_threshold | {head} |",
-             "| --- | --- | --- | --- |" + " --- |" * (2 * len(MONITOR_METHODS))]
+             "| --- | --- | --- | --- |" + " --- |" * (2 * len(METHODS))]
     keyed = {(r["stream"], r["epsilon"], r["sensitivity"], r["sigma_threshold"], r["method"]): r for r in rows}
     for stream in STREAMS:
         for epsilon, sensitivity in BUDGETS:
             for sigma in SIGMAS:
                 cells = []
-                for method in MONITOR_METHODS:
+                for method in METHODS:
                     r = keyed[(stream, epsilon, sensitivity, sigma, method)]
                     cells += [f"{r['windows']:.0f}", f"{r['f1']:.2f}"]
                 lines.append(f"| {stream} | {epsilon:g} | {sensitivity:g} | {sigma:g} | " + " | ".join(cells) + " |")
@@ -150,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     rows = [
         setting_row(stream, method, sigma, epsilon, sensitivity, args.seeds, args.windows)
-        for stream in STREAMS for epsilon, sensitivity in BUDGETS for sigma in SIGMAS for method in MONITOR_METHODS
+        for stream in STREAMS for epsilon, sensitivity in BUDGETS for sigma in SIGMAS for method in METHODS
     ]
     report = {
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version(),
