@@ -67,7 +67,10 @@ overlap, and `pipelines.planning` prices one unit period).
 Proof: docs/proofs/ledger.period_scopes.md.
 Refused on period scopes: SVT monitors (`spend_and_check_out`),
 whose sealed state spans runs and so periods, while the monitor's budget is
-debited only once.
+debited only once. Monitors are refused too on scopes whose filter is not an
+(epsilon, delta) filter (MONITOR_SCOPE_FILTERS): a monitor keeps answering
+after later releases, and the theorem that covers that concurrency (Haney et
+al. 2023) is used here for (epsilon, delta) filters only.
 The period length is kept in the scope row's filter_state JSON (`filter` =
 "period-scope", with the per-period template filter), so ledgers written
 before period scopes need no new column, and a dpstream without period
@@ -107,6 +110,9 @@ DEBIT_HOOK_ENV = "DPSTREAM_TEST_DEBIT_HOOK"
 _LOCK_TIMEOUT_SECONDS = 120
 PERIOD_SCOPE = "period-scope"  # the `filter` tag of a period scope's filter_state JSON
 MAX_PERIODS_PER_SPEND = 100_000  # one spend touches at most this many periods (one row each)
+MONITOR_SCOPE_FILTERS = ("pure", "approx")
+"""Scope filters that may hold svt monitors: (epsilon, delta) filters, for which Haney et al. 2023 extend the
+filter's validity to interactive mechanisms running concurrently (docs/proofs/monitor.SparseVectorMonitor.md)."""
 
 
 
@@ -530,6 +536,18 @@ class Ledger:
         with self._transaction() as conn:
             return _scope_config(self._lock_scope(conn, scope))[0]
 
+    @staticmethod
+    def _refuse_monitors(row: sa.Row) -> None:
+        """svt monitors only on scopes whose filter has a concurrent-composition theorem (MONITOR_SCOPE_FILTERS)."""
+        if row.filter_kind not in MONITOR_SCOPE_FILTERS:
+            raise LedgerError(
+                f"scope {row.name!r} uses the {row.filter_kind!r} filter, which does not support svt monitors: a "
+                f"monitor keeps answering after later releases on the scope (concurrent composition), and only the "
+                f"{' and '.join(MONITOR_SCOPE_FILTERS)} filters are covered by a theorem for that "
+                f"(docs/proofs/monitor.SparseVectorMonitor.md); create a scope for svt releases with "
+                f"`dpstream budget init ... --filter approx`; nothing was debited"
+            )
+
     def _refuse_periods(self, row: sa.Row, what: str) -> None:
         period, _ = _scope_config(row)
         if period is not None:
@@ -824,6 +842,7 @@ class Ledger:
         with self._transaction() as conn:
             row = self._lock_scope(conn, scope)
             self._refuse_periods(row, "svt monitors (spend_and_check_out)")
+            self._refuse_monitors(row)
             for name, (_, _, expected) in monitors.items():
                 _check_name("monitor", name, 200)
                 current = self._monitor_row(conn, scope, name)

@@ -164,6 +164,19 @@ def test_monitor_state_is_sealed(ledger_url):
         assert "0.123456" not in text and "0.654321" not in text and "spent" not in json.dumps(view["monitors"])
 
 
+@pytest.mark.parametrize("kind", ["zcdp", "whitehouse", "gdp", "gdp-residue"])
+def test_monitors_are_refused_on_scopes_without_a_concurrent_composition_theorem(ledger_url, kind):
+    scope = _scope_name()
+    with Ledger(ledger_url, create=True) as ledger:
+        ledger.init_scope(scope, 2.0, 1e-6, kind)
+        before = (ledger.show(scope), ledger.history(scope))
+        with pytest.raises(LedgerError, match=f"uses the '{kind}' filter, which does not support svt monitors.*"
+                                              f"only the pure and approx filters.*nothing was debited"):
+            ledger.spend_and_check_out(scope, PureDP(0.1), "svt", {"alerts": (0.1, 0.0, None)})
+        assert (ledger.show(scope), ledger.history(scope)) == before
+        assert ledger.monitor_record(scope, "alerts") is None
+
+
 # -- races ---------------------------------------------------------------------------------------
 
 WORKERS, SPENDS, BUDGET, COST = 8, 100, 5.0, 0.1
