@@ -10,11 +10,12 @@ import pytest
 
 from accounting.accountant import Accountant
 from accounting.events import ZCDP, Gaussian, GaussianThreshold, Laplace, PureDP, SelfComposed
+from pipelines import mechanisms
 from pipelines.fixedpoint import to_units
 from pipelines.histogram import _HistogramMechanism, histogram_release
-from pipelines.noise import SecureRandom
+from pipelines.noise import SecureRandom, granularity
 from pipelines.peak import peak_release
-from pipelines.planning import SELECTION_DELTA_SHARE, PlanningError, plan_job
+from pipelines.planning import SELECTION_DELTA_SHARE, PlanningError, grid_noise, normalised_sensitivity, plan_job
 from pipelines.spec import ContributionBounds, ReleaseSpec, SpecError, WindowSpec
 from pipelines.topk import topk_release
 from tests.pipelines.helpers import DAY, START
@@ -135,6 +136,30 @@ def test_counting_plan_keeps_the_calibrated_noise():
     gaussian = plan["gaussian"]
     assert calibrated.sigma < gaussian.noise_stddev <= calibrated.sigma * (1 + 2 * math.sqrt(2) * 2.0**-19 * calibrated.sigma / calibrated.sensitivity)
     assert math.isclose(plan["laplace"].noise_stddev, math.sqrt(2) * plan["laplace"].noise)
+
+
+@pytest.mark.parametrize("quantum", [2.0**-20, 1.0, 2.0])
+@pytest.mark.parametrize("noise", [2.0**-3, 5.0, 3.0e6])  # grid steps 2**-23, 2**-17, 4
+@pytest.mark.parametrize("norm", [1, 2])
+def test_planner_and_mechanism_agree_on_when_sums_are_rounded(quantum, noise, norm):
+    """Sums are int64 units of the quantum: no rounding allowance exactly when the grid step is at most the
+    quantum (for quantum 1: the former integral-counts rule), and the run's sensitivity is the planned one."""
+    sensitivity = 3000.0
+    planned, effective = grid_noise(noise, sensitivity, quantum, changed=2, norm=norm)
+    mechanism = mechanisms.laplace if norm == 1 else mechanisms.gaussian
+    release = mechanism(np.array([5, -7], dtype=np.int64), planned, SecureRandom(1), sensitivity=sensitivity,
+                        max_partitions=2, quantum=quantum)
+    assert release.event.sensitivity == effective and effective / planned <= sensitivity / noise
+    if norm == 1:  # (norm 2 always adds sqrt(2) steps for the discrete Gaussian)
+        assert (planned == noise) == (effective == sensitivity) == (granularity(noise) <= quantum)
+
+
+def test_peak_and_svt_plan_the_rounding_of_their_division():
+    releases = (ReleaseSpec("peak", "peak", period=7 * DAY, maximum=1100.0),
+                ReleaseSpec("alerts", "svt", metric="count", maximum=500.0, threshold=0.5, sigma_threshold=0.2))
+    plan = plan_job(releases, ContributionBounds(max_partitions=2), WINDOW, 2.0, 1e-6)
+    assert plan["peak"].sensitivity == normalised_sensitivity(2.0, 1100.0) > 2.0 / 1100.0
+    assert plan["alerts"].sensitivity == normalised_sensitivity(2.0, 500.0) > 2.0 / 500.0
 
 
 def test_more_budget_means_less_noise():
