@@ -43,9 +43,13 @@ The unit is a user, or with `unit_period` a user x period (e.g. aircraft-day):
 then only the windows and peak periods that overlap one unit period are
 composed (`unit_runs`), and the job's (epsilon, delta) holds per user and period.
 Proof: docs/proofs/planning.plan_job.md; composition is the accountant's (`accounting.accountant`); calibration
-is `accounting.calibrate`; grid rounding of non-integer sums is covered by
-enlarging the noise so that the grid sensitivity over the noise never exceeds
-the planned ratio (`noise.grid_sensitivity`).
+is `accounting.calibrate`. Sensitivities are those of the quantised bounds,
+which the exact int64 sums of bounding attain (`ContributionBounds`); the sums
+reach the grid unrounded when its step is at most the value quantum, and
+otherwise the rounding is covered by enlarging the noise so that the grid
+sensitivity over the noise never exceeds the planned ratio (`grid_noise`,
+`noise.grid_sensitivity`). Peak and svt queries divide exact totals once; their
+sensitivities include that rounding (`normalised_sensitivity`).
 Caller must ensure: the window range and partition lists are public.
 Runtime: one calibration (about 45 accountant evaluations), plus one
 bisection of the report-noisy-max epsilon per peak release.
