@@ -6,7 +6,7 @@ floats are rounded at every addition, in an order set by the data's arrival,
 so the computed sums of two neighbouring inputs can differ by more than Linf
 plus the one grid step the planner allows for rounding (Casacuberta–Shoemate–
 Vadhan–Wagaman 2022, "Widespread underestimation of sensitivity in
-differentially private libraries and how to fix it", Sec. 4). dpstream
+differentially private libraries and how to fix it"). dpstream
 instead maps each clipped value to an integer number of units of a public
 power-of-two quantum q and adds integers, which is exact and independent of
 order, batching and sharding.
@@ -27,9 +27,9 @@ by at most q / 2 < M 2**-VALUE_BITS per record: exactly what the code can produc
 
 VALUE_BITS = 30 trades resolution against capacity. Each record is an integer
 |k| <= 2**30 (M / q lies in (2**29, 2**30]) resolved to q / 2 < 2**-30 M, about
-1e-9 of the largest value: a thousand times finer than the noise grid (2**-20 of
-the noise scale, `noise.GRANULARITY_BITS`), since noise scales are at least of
-the order of Linf >= M. An exact int64 sum admits SUM_LIMIT = 2**62 units of
+1e-9 of the largest value: typically a thousand times finer than the noise grid
+(2**-20 of the noise scale, `noise.GRANULARITY_BITS`), as noise scales are
+usually at least Linf >= M. An exact int64 sum admits SUM_LIMIT = 2**62 units of
 magnitude, so at least 2**(62 - VALUE_BITS) = 2**32 (4.3e9) records at the
 largest |value| per partition and window (more when values are smaller); one
 user's at most max_contributions records of a partition sum to at most
@@ -41,7 +41,8 @@ Sums (`group_sums`, `total`) are int64 sums, checked: int64 addition wraps
 modulo 2**64, which is associative, so the result equals the true sum in any
 order whenever the true sum lies in [-2**63, 2**63); the check requires the sum
 of |terms| (computed in float64, relative error below n 2**-53 for n < 2**51
-terms) to be at most SUM_LIMIT = 2**62, which proves that. Otherwise
+terms) to be at most SUM_LIMIT = 2**62, which proves that (proof:
+docs/proofs/bounding.BoundContributions.md, Claim 3). Otherwise
 `SumOverflowError`, never a silent wrap.
 
 Quotients by a public maximum (`rounded_quotient`): the exact value
