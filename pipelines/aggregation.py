@@ -3,7 +3,9 @@
 Every window index in [0, WindowSpec.count) gets an element, even when no
 record fell into it: the set of windows released is public and must not
 depend on the data (a window that appears only when someone was active would
-reveal that someone was). Sums of the user shards of a window are added here.
+reveal that someone was). Sums of the user shards of a window are added here,
+exactly: int64 units of the value grid (`fixedpoint.group_sums`), so the
+result does not depend on how users were sharded or in which order shards merge.
 """
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import apache_beam as beam
 import pandas as pd
 
 from pipelines.bounding import BoundContributions
+from pipelines.fixedpoint import group_sums
 from pipelines.spec import ContributionBounds, WindowSpec
 from pipelines.windowing import AttachWindowTimestamp, beam_windows
 
@@ -24,8 +27,9 @@ def empty_sums_and_units() -> pd.DataFrame:
 
 
 class SumSeriesFn(beam.CombineFn):
-    """Adds per-partition sum vectors (pandas Series or DataFrames indexed by partition); missing partitions count 0.
+    """Adds per-partition int64 sum vectors (pandas Series or DataFrames indexed by partition); missing partitions count 0.
 
+    Exact (`fixedpoint.group_sums`: int64, `SumOverflowError` rather than a wrap).
     Stateless; the accumulator is a list of parts, compacted on merge; `empty` makes the sum of no parts.
     """
 
@@ -48,7 +52,7 @@ class SumSeriesFn(beam.CombineFn):
             return self._empty()
         if len(parts) == 1:
             return parts[0].sort_index()
-        return pd.concat(parts).groupby(level=0, sort=True).sum()
+        return group_sums(pd.concat(parts))
 
 
 class PerWindowSums(beam.PTransform):

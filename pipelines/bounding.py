@@ -6,8 +6,10 @@ partitions and at most `max_contributions` records per partition, each value
 clipped to [min_value, max_value] (DESIGN.md section 1). Steps:
 
 1. Pre-aggregate each record batch (numpy, no Python per row): assign window
-   indices, clip values, and reduce each (window, user, partition) group to at
-   most `max_contributions` records: the records with the smallest random keys
+   indices, clip values and put them on the value grid (integer units of the
+   public power-of-two `ContributionBounds.quantum`, `pipelines.fixedpoint`),
+   and reduce each (window, user, partition) group to at most
+   `max_contributions` records: the records with the smallest random keys
    (a uniform sample without replacement; keys from the CSPRNG, or in test mode
    a keyed hash of the record). Counting jobs (min_value = max_value) need no
    sample: every record is worth the same, so a group reduces to its size.
@@ -21,12 +23,17 @@ With `units`, step 3 also counts, per partition, the users it kept (each
 user adds 1 to at most `max_partitions` of these counts).
 
 Privacy: after step 3 one user changes at most `max_partitions` partition sums
-of a window, each by at most max_contributions * max(|min_value|, |max_value|)
-(`ContributionBounds.linf`), whatever the other users do; so L1 and L2
-sensitivities are those of `ContributionBounds`. Which records are kept
+of a window, each by at most max_contributions * max(|k_min|, |k_max|) units
+of the quantum (`ContributionBounds.linf`, from the quantised bounds), whatever
+the other users do; so L1 and L2 sensitivities are those of
+`ContributionBounds`, exactly: the sums are exact. Which records are kept
 depends only on random keys, never on record order ("first n").
 Caller must ensure: batches follow EVENT_SCHEMA; seeded mode only in tests.
-Numerics: sums of integer counts are exact int64; value sums are float64.
+Numerics: exact. Every sum is an int64 sum of value units (`fixedpoint.group_sums`:
+independent of order, batching and sharding; `SumOverflowError` instead of a wrap
+beyond 2**62 units, at least 2**32 records at the largest |value| per partition
+and window). Clipping and rint are monotone, so a kept record's units lie in
+[k_min, k_max].
 Runtime: O(n log n) per batch and per window group (sorts), no per-row Python.
 """
 from __future__ import annotations
@@ -38,6 +45,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from pipelines.fixedpoint import group_sums, to_units
 from pipelines.noise import SecureRandom
 from pipelines.spec import EVENT_SCHEMA, ContributionBounds, WindowSpec
 from pipelines.windowing import beam_windows, window_indices, window_timestamp
@@ -107,7 +115,11 @@ def _dictionary(column: pa.Array) -> tuple[np.ndarray, np.ndarray]:
 
 
 class _PreAggregate(beam.DoFn):
-    """One record batch -> ((window index, shard), frame) pieces, at most max_contributions records per group."""
+    """One record batch -> ((window index, shard), frame) pieces, at most max_contributions records per group.
+
+    A frame has columns user, partition and n (counting jobs: records in the group) or key and value (the
+    record's sampling key and its clipped value in int64 units of the quantum).
+    """
 
     def __init__(self, bounds: ContributionBounds, window: WindowSpec, partitions, seed, shards: int):
         self._bounds = bounds
@@ -115,7 +127,7 @@ class _PreAggregate(beam.DoFn):
         self._partitions = None if partitions is None else np.asarray(partitions, dtype=object)
         self._seed = seed
         self._shards = shards
-        self._counting = bounds.min_value == bounds.max_value
+        self._counting = bounds.counting
 
     def setup(self):
         self._keys = _Keys(self._seed, "records")
@@ -149,7 +161,7 @@ class _PreAggregate(beam.DoFn):
             order, rank = _group_ranks(groups, keys)
             kept = order[rank < self._bounds.max_contributions]
             distinct = groups[kept]
-            columns = {"key": keys[kept], "value": values[kept]}
+            columns = {"key": keys[kept], "value": to_units(values[kept], self._bounds.quantum)}
         partition_of = distinct % len(partitions)
         user_of = (distinct // len(partitions)) % len(users)
         window_of = distinct // (len(partitions) * len(users))
@@ -166,14 +178,13 @@ class _PreAggregate(beam.DoFn):
 
 
 class _BoundWindow(beam.DoFn):
-    """All pieces of one (window, shard) -> (window index, per-partition bounded sums as a pandas Series)."""
+    """All pieces of one (window, shard) -> (window index, per-partition bounded sums as an int64 pandas Series)."""
 
     def __init__(self, bounds: ContributionBounds, seed, units: bool = False):
         self._bounds = bounds
         self._seed = seed
         self._units = units
-        self._counting = bounds.min_value == bounds.max_value
-        self._integral = self._counting and float(bounds.min_value).is_integer()
+        self._counting = bounds.counting
 
     def setup(self):
         self._keys = _Keys(self._seed, "records")
@@ -188,12 +199,15 @@ class _BoundWindow(beam.DoFn):
         if self._counting:
             distinct, inverse = np.unique(groups, return_inverse=True)
             kept = np.minimum(np.bincount(inverse, weights=frame["n"].to_numpy()), self._bounds.max_contributions)
-            sums = kept.astype(np.int64) * int(self._bounds.min_value) if self._integral else kept * self._bounds.min_value
+            sums = kept.astype(np.int64) * self._bounds.value_units[0]
         else:
             order, rank = _group_ranks(groups, frame["key"].to_numpy())
-            sample = order[rank < self._bounds.max_contributions]
-            distinct, inverse = np.unique(groups[sample], return_inverse=True)
-            sums = np.bincount(inverse, weights=frame["value"].to_numpy()[sample])
+            sample = order[rank < self._bounds.max_contributions]  # still sorted by group
+            sampled = groups[sample]
+            starts = np.flatnonzero(np.r_[True, sampled[1:] != sampled[:-1]])
+            distinct = sampled[starts]
+            # at most max_contributions <= 2**32 records of |units| <= 2**30 per group: no overflow
+            sums = np.add.reduceat(frame["value"].to_numpy()[sample], starts)
         user_of, partition_of = np.divmod(distinct, len(partitions))
         keys = self._partition_keys.draw(distinct.size, lambda: (
             self._partition_keys.strings(np.asarray(users))[user_of],
@@ -205,16 +219,18 @@ class _BoundWindow(beam.DoFn):
             totals = pd.DataFrame({"sum": sums[chosen], "units": np.ones(chosen.size, dtype=np.int64)}, index=labels)
         else:
             totals = pd.Series(sums[chosen], index=labels)
-        yield index, totals.groupby(level=0, sort=True).sum()
+        yield index, group_sums(totals)
 
 
 class BoundContributions(beam.PTransform):
     """Record batches -> (window index, per-partition bounded sums) per window and user shard.
 
     Each output Series holds, for the partitions that received a kept
-    contribution, the sum of the kept clipped values (int64 for counting jobs
-    with an integer value, float64 otherwise); with `units`, a DataFrame with
-    columns "sum" and "units" (how many users those kept contributions came from). Elements are timestamped at
+    contribution, the exact sum of the kept clipped values as an int64 number
+    of units of `bounds.quantum` (for counting jobs with an integer value up to
+    2**30 the quantum is at least 1; value 1: the counts themselves); with
+    `units`, a DataFrame with columns "sum" and "units" (how many users those
+    kept contributions came from). Elements are timestamped at
     their window's end minus 1 us and windowed by `windowing.beam_windows`.
     `partitions`: keep only these (public) partitions before bounding.
     `shards`: users are spread over this many groups per window (parallelism);

@@ -12,7 +12,11 @@ number of coordinates it can change, `max_partitions`).
 
 Mechanisms that release noisy *values* (laplace, gaussian, gaussian_threshold,
 distinct_threshold, truncated_gaussian, count_mle) add integer noise on a power-of-two grid (`pipelines.noise`), so
-the released numbers are exact multiples of the grid step. Mechanisms that
+the released numbers are exact multiples of the grid step. Their inputs may be
+integer units of a power-of-two `quantum` (the exact bounded sums of
+`pipelines.bounding`, in units of `ContributionBounds.quantum`): they then
+reach the grid by exact integer arithmetic, with no rounding at all when
+quantum >= the grid step (`noise.to_grid`). Mechanisms that
 release only *indices* (exponential_top_k, report_noisy_max, above_threshold
 and their Laplace baselines) use continuous noise from the same CSPRNG: the
 noisy scores are never released, so their low bits cannot leak.
@@ -31,6 +35,7 @@ from scipy.special import log_ndtr, ndtri
 from accounting import selection
 from accounting.events import BoundedRange, Event, Gaussian, GaussianThreshold, Laplace, PureDP, SelfComposed, ZCDP
 from accounting.numerics import epsilon_from_delta_curve, expanding_upper, log_sub_exp
+from pipelines.fixedpoint import is_power_of_two
 from pipelines.noise import SecureRandom, granularity, grid_sensitivity, to_grid
 
 TOP_K_METHODS = ("gumbel", "peel")
@@ -103,30 +108,32 @@ def _changed(owner: str, max_partitions: int | None, size: int) -> int:
 
 def _grid_noise(
     owner: str, values, parameter: float, rng: SecureRandom, sensitivity: float, max_partitions: int | None, norm: int,
-    minimum: int = 1,
+    minimum: int = 1, quantum: float = 1.0,
 ) -> tuple[np.ndarray, float, float]:
     """(noisy values, grid step, grid sensitivity) for `laplace` (norm=1) or `gaussian` (norm=2).
 
-    Rounds `values` to the power-of-two grid of `parameter` (the Laplace scale
-    or the Gaussian sigma), adds integer noise in grid units (discrete Laplace
-    for norm 1, discrete Gaussian for norm 2) and scales back. The grid
-    sensitivity is `sensitivity` in that norm after rounding
-    (`pipelines.noise.grid_sensitivity`).
+    Rounds `values` (in units of `quantum`) to the power-of-two grid of
+    `parameter` (the Laplace scale or the Gaussian sigma), adds integer noise
+    in grid units (discrete Laplace for norm 1, discrete Gaussian for norm 2)
+    and scales back. The grid sensitivity is `sensitivity` in that norm after
+    rounding (`pipelines.noise.grid_sensitivity`).
     """
     sensitivity = _positive(owner, "sensitivity", sensitivity)
     array = _vector(owner, "values", values, minimum)
     rng = _rng(owner, rng)
     step = granularity(parameter)
-    units, exact = to_grid(array, step)
+    units, exact = to_grid(array, step, quantum)
     effective = grid_sensitivity(sensitivity, step, exact, _changed(owner, max_partitions, array.size), norm=norm)
     draw = rng.discrete_laplace if norm == 1 else rng.discrete_gaussian
     return (units + draw(parameter / step, array.size)) * step, step, effective
 
 
-def laplace(values, scale: float, rng: SecureRandom, *, sensitivity: float = 1.0, max_partitions: int | None = None) -> Release:
+def laplace(values, scale: float, rng: SecureRandom, *, sensitivity: float = 1.0, max_partitions: int | None = None,
+            quantum: float = 1.0) -> Release:
     """Discrete Laplace noise of scale `scale` on a power-of-two grid, added to each value.
 
-    Privacy: add/remove one privacy unit moves `values` by at most
+    `values` count multiples of `quantum` (a power of two): they stand for values * quantum.
+    Privacy: add/remove one privacy unit moves values * quantum by at most
     `sensitivity` in L1 over at most `max_partitions` coordinates (default: all).
     The release is epsilon-DP with epsilon = sensitivity_grid / scale, event
     `Laplace(scale, sensitivity_grid)`, where sensitivity_grid >= sensitivity is
@@ -136,21 +143,24 @@ def laplace(values, scale: float, rng: SecureRandom, *, sensitivity: float = 1.0
     most exp(m / t) (Canonne–Kamath–Steinke 2020, Sec. 5.2 for the discrete
     Laplace; Dwork–McSherry–Nissim–Smith 2006 for the mechanism); see
     docs/proofs/mechanisms.laplace.md.
-    Checks: scale, sensitivity positive; values finite 1-d.
+    Checks: scale, sensitivity positive; values finite 1-d; quantum a power of two.
     Caller must ensure: the sensitivity and max_partitions follow from contribution bounding.
-    Numerics: hardened (outputs are multiples of the grid step; pipelines.noise).
+    Numerics: hardened (outputs are multiples of the grid step; pipelines.noise); integer inputs reach the
+    grid exactly (no rounding when quantum >= the grid step).
     Runtime: O(n), about 0.15 us per value.
     """
     owner = "laplace"
     scale = _positive(owner, "scale", scale)
-    noisy, step, effective = _grid_noise(owner, values, scale, rng, sensitivity, max_partitions, norm=1)
+    noisy, step, effective = _grid_noise(owner, values, scale, rng, sensitivity, max_partitions, norm=1, quantum=quantum)
     return _release(owner, noisy, Laplace(scale, effective), scale=scale, granularity=step, sensitivity=effective)
 
 
-def gaussian(values, sigma: float, rng: SecureRandom, *, sensitivity: float = 1.0, max_partitions: int | None = None) -> Release:
+def gaussian(values, sigma: float, rng: SecureRandom, *, sensitivity: float = 1.0, max_partitions: int | None = None,
+             quantum: float = 1.0) -> Release:
     """Discrete Gaussian noise with parameter `sigma` on a power-of-two grid, added to each value.
 
-    Privacy: add/remove one privacy unit moves `values` by at most
+    `values` count multiples of `quantum` (a power of two): they stand for values * quantum.
+    Privacy: add/remove one privacy unit moves values * quantum by at most
     `sensitivity` in L2 over at most `max_partitions` coordinates (default: all).
     Event `Gaussian(sigma, sensitivity_grid)`: mu-GDP with mu = sensitivity_grid / sigma,
     where sensitivity_grid >= sensitivity accounts for rounding to the grid and
@@ -160,14 +170,14 @@ def gaussian(values, sigma: float, rng: SecureRandom, *, sensitivity: float = 1.
     coordinates; docs/proofs/noise.discrete_gaussian_domination.md, from the
     tail bounds of Canonne–Kamath–Steinke 2020); rounding as in
     docs/proofs/mechanisms.laplace.md.
-    Checks: sigma, sensitivity positive; values finite 1-d.
+    Checks: sigma, sensitivity positive; values finite 1-d; quantum a power of two.
     Caller must ensure: the sensitivity and max_partitions follow from contribution bounding.
-    Numerics: hardened (outputs are multiples of the grid step).
+    Numerics: hardened (outputs are multiples of the grid step); integer inputs reach the grid exactly.
     Runtime: O(n), about 0.4 us per value.
     """
     owner = "gaussian"
     sigma = _positive(owner, "sigma", sigma)
-    noisy, step, effective = _grid_noise(owner, values, sigma, rng, sensitivity, max_partitions, norm=2)
+    noisy, step, effective = _grid_noise(owner, values, sigma, rng, sensitivity, max_partitions, norm=2, quantum=quantum)
     return _release(owner, noisy, Gaussian(sigma, effective), sigma=sigma, granularity=step, sensitivity=effective)
 
 
@@ -197,7 +207,8 @@ def selection_margin(sigma_units: float, max_partitions: int, delta: float) -> i
 
 
 def gaussian_threshold(
-    counts, sigma: float, threshold: float, rng: SecureRandom, *, delta: float, max_partitions: int = 1
+    counts, sigma: float, threshold: float, rng: SecureRandom, *, delta: float, max_partitions: int = 1,
+    quantum: float = 1.0,
 ) -> Release:
     """Gaussian thresholding: discrete Gaussian noise on every observed sum; only those above a cutoff are released.
 
@@ -207,7 +218,8 @@ def gaussian_threshold(
     partition alone) and m = `selection_margin`, so that a privacy unit's own
     partitions, at most `max_partitions` of them, appear with probability at most
     `delta` all together. Noisy sums are unbiased (no truncation), unlike
-    `truncated_gaussian`.
+    `truncated_gaussian`. `counts` are in units of `quantum` (a power of two);
+    `threshold` and the released sums are in value units.
     Privacy: one privacy unit changes at most `max_partitions` sums (L0), each by
     at most `threshold` (Linf). Event `GaussianThreshold(sigma, sqrt(L0) tau_g, delta)`:
     on partitions both neighbours hold it is the Gaussian mechanism (L2
@@ -215,7 +227,7 @@ def gaussian_threshold(
     probability <= delta, independently; this gives the event's dominating
     pair (Wilkins–Kifer–Zhang–Karrer 2023 analyse the same mechanism exactly).
     Proof: docs/proofs/events.GaussianThreshold.md.
-    Checks: sigma, threshold positive; delta in (0, 1); counts finite 1-d.
+    Checks: sigma, threshold positive; delta in (0, 1); counts finite 1-d; quantum a power of two.
     Caller must ensure: contribution bounding gives the stated L0 and Linf bounds.
     Numerics: hardened (grid); the cutoff is rounded up (see `selection_margin`).
     Runtime: O(n).
@@ -228,7 +240,7 @@ def gaussian_threshold(
     array = _vector(owner, "counts", counts, minimum=0)
     rng = _rng(owner, rng)
     step = granularity(sigma)
-    units, exact = to_grid(array, step)
+    units, exact = to_grid(array, step, quantum)
     tau = grid_sensitivity(threshold, step, exact, changed=1, norm=1)
     sensitivity = grid_sensitivity(math.sqrt(partitions) * threshold, step, exact, changed=partitions, norm=2)
     cutoff = tau + selection_margin(sigma / step, partitions, delta) * step
@@ -242,14 +254,15 @@ def gaussian_threshold(
 
 def distinct_threshold(
     units, sums, sigma: float, extra_sigma: float | None, rng: SecureRandom, *,
-    unit_value: float, linf: float, delta: float, max_partitions: int = 1,
+    unit_value: float, linf: float, delta: float, max_partitions: int = 1, quantum: float = 1.0,
 ) -> Release:
     """Selection on the number of distinct privacy units, then the value from that count plus the records beyond it.
 
     For counting jobs over partitions not known in advance: every kept record
     is worth `unit_value`, so a unit present in a partition adds between
     |unit_value| and `linf` to its sum. units[i] is how many units a partition
-    holds, sums[i] its bounded sum. `gaussian_threshold` with threshold 1 on
+    holds, sums[i] its bounded sum in units of `quantum` (a power of two; unit_value
+    and linf are in value units). `gaussian_threshold` with threshold 1 on
     `units` (noise `sigma`) picks the partitions; each picked partition's
     extra = sums - unit_value * units (what units add beyond their first
     record, at most linf - |unit_value| per unit) gets independent discrete
@@ -267,10 +280,12 @@ def distinct_threshold(
     together, with probability <= delta. Event GaussianThreshold(sigma,
     sigma * mu, delta), the dominating pair of `gaussian_threshold`.
     Proof: docs/proofs/mechanisms.distinct_threshold.md.
-    Checks: sigma, extra_sigma, linf positive; |unit_value| <= linf; delta in (0, 1); units, sums finite 1-d of equal length.
+    Checks: sigma, extra_sigma, linf positive; |unit_value| <= linf; delta in (0, 1); units, sums finite 1-d of equal
+    length; quantum a power of two.
     Caller must ensure: contribution bounding gives the stated L0 and Linf bounds, and
     units/sums come from the same bounded records.
-    Numerics: hardened (grid, as `gaussian_threshold` and `gaussian`).
+    Numerics: hardened (grid, as `gaussian_threshold` and `gaussian`); extra is exact int64 arithmetic when units
+    and sums are integer arrays and unit_value is an integer multiple of quantum (as after `pipelines.bounding`).
     Runtime: O(n).
     """
     owner = "distinct_threshold"
@@ -279,6 +294,8 @@ def distinct_threshold(
     if units.shape != sums.shape:
         raise ValueError(f"{owner}: units and sums must have the same length, got {units.size} and {sums.size}")
     linf = _positive(owner, "linf", linf)
+    if not is_power_of_two(quantum):
+        raise ValueError(f"{owner}: quantum must be a positive power of two, got {quantum!r}")
     if not (math.isfinite(unit_value) and 0 < abs(unit_value) <= linf):
         raise ValueError(f"{owner}: unit_value must be non-zero with |unit_value| <= linf={linf!r}, got {unit_value!r}")
     selection = gaussian_threshold(units, sigma, 1.0, rng, delta=delta, max_partitions=max_partitions)
@@ -289,10 +306,11 @@ def distinct_threshold(
         if extra_sigma is None:
             raise ValueError(f"{owner}: extra_sigma is required when linf={linf!r} exceeds |unit_value|={abs(unit_value)!r}")
         extra_sigma = _positive(owner, "extra_sigma", extra_sigma)
-        integral = sums.dtype.kind in "iu" and units.dtype.kind in "iu" and float(unit_value).is_integer()
+        per_unit = unit_value / quantum  # what one record adds, in units of quantum (exact: quantum a power of two)
+        integral = sums.dtype.kind in "iu" and units.dtype.kind in "iu" and float(per_unit).is_integer()
         extra, _, extra_sensitivity = _grid_noise(
-            owner, sums[kept] - (int(unit_value) if integral else unit_value) * units[kept], extra_sigma, rng,
-            math.sqrt(max_partitions) * extra_linf, max_partitions, norm=2, minimum=0)
+            owner, sums[kept] - (int(per_unit) if integral else per_unit) * units[kept], extra_sigma, rng,
+            math.sqrt(max_partitions) * extra_linf, max_partitions, norm=2, minimum=0, quantum=quantum)
         values = values + extra
         mu = math.hypot(mu, extra_sensitivity / extra_sigma)
     sensitivity = sigma * mu
@@ -332,7 +350,8 @@ def truncation_level(sigma: float, threshold: float, max_partitions: int, delta:
 
 
 def truncated_gaussian(
-    counts, sigma: float, threshold: float, rng: SecureRandom, *, delta: float, max_partitions: int = 1
+    counts, sigma: float, threshold: float, rng: SecureRandom, *, delta: float, max_partitions: int = 1,
+    quantum: float = 1.0,
 ) -> Release:
     """Cesar–Rogers Algorithm 2 (TruncGauss): truncated Gaussian counts, released only above threshold + T.
 
@@ -340,7 +359,8 @@ def truncated_gaussian(
     the discrete Gaussian with parameter `sigma` truncated to [-T, T]; only
     partitions whose noisy count exceeds threshold + T are released, as
     (indices into `counts`, noisy counts). A partition whose true count is at
-    most `threshold` can never appear.
+    most `threshold` can never appear. `counts` are in units of `quantum` (a
+    power of two); `threshold` and the released counts are in value units.
     Privacy: one privacy unit changes at most `max_partitions` counts (Delta,
     L0), each by at most `threshold` (tau, Linf), and a partition it adds has
     count <= tau. Event `ZCDP(rho, delta)` with rho = Delta tau^2 / (2 sigma^2):
@@ -348,7 +368,7 @@ def truncated_gaussian(
     Proof: Cesar–Rogers Lemma 6.4 (with their erratum: Pr[E] >= 1 - delta/Delta);
     paper sigma = our sigma / tau. The grid version is argued in
     docs/proofs/mechanisms.truncated_gaussian.md (tau and T rounded up to the grid).
-    Checks: sigma, threshold positive; delta in (0, 1); counts finite 1-d.
+    Checks: sigma, threshold positive; delta in (0, 1); counts finite 1-d; quantum a power of two.
     Caller must ensure: contribution bounding gives the stated L0 and Linf bounds.
     Numerics: hardened (grid); T solved in log space and rounded up.
     Runtime: O(n) plus about 60 evaluations of log_ndtr for T.
@@ -360,7 +380,7 @@ def truncated_gaussian(
     array = _vector(owner, "counts", counts, minimum=0)
     rng = _rng(owner, rng)
     step = granularity(sigma)
-    units, exact = to_grid(array, step)
+    units, exact = to_grid(array, step, quantum)
     tau = grid_sensitivity(threshold, step, exact, changed=1, norm=1)
     level_units = math.ceil(truncation_level(sigma, tau, partitions, delta) / step)
     noise = np.empty(array.size, dtype=np.float64)
@@ -665,7 +685,8 @@ def order_consistent_counts(noisy_counts) -> np.ndarray:
 
 
 def count_mle(
-    counts, sigma: float, rng: SecureRandom, *, sensitivity: float = 1.0, max_partitions: int | None = None
+    counts, sigma: float, rng: SecureRandom, *, sensitivity: float = 1.0, max_partitions: int | None = None,
+    quantum: float = 1.0,
 ) -> Release:
     """Cesar–Rogers Algorithm 1 (CountMLE): Gaussian counts for keys in released order, made order-consistent.
 
@@ -680,5 +701,5 @@ def count_mle(
     (they are functions of released grid values).
     Runtime: O(k).
     """
-    noisy = gaussian(counts, sigma, rng, sensitivity=sensitivity, max_partitions=max_partitions)
+    noisy = gaussian(counts, sigma, rng, sensitivity=sensitivity, max_partitions=max_partitions, quantum=quantum)
     return _release("count_mle", order_consistent_counts(noisy.value), noisy.event, **noisy.parameters)

@@ -47,6 +47,8 @@ import os
 
 import numpy as np
 
+from pipelines.fixedpoint import is_power_of_two, power_of_two_at_least
+
 GRANULARITY_BITS = 20
 """The grid step is at most scale * 2**-GRANULARITY_BITS and at least half that."""
 
@@ -153,28 +155,52 @@ def granularity(scale: float) -> float:
     """The smallest power of two >= scale * 2**-GRANULARITY_BITS."""
     if not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
         raise ValueError(f"granularity: scale must be a positive finite number, got {scale!r}")
-    target = math.ldexp(float(scale), -GRANULARITY_BITS)
-    mantissa, exponent = math.frexp(target)  # target = mantissa * 2**exponent, mantissa in [0.5, 1)
-    return math.ldexp(1.0, exponent - 1) if mantissa == 0.5 else math.ldexp(1.0, exponent)
+    return power_of_two_at_least(math.ldexp(float(scale), -GRANULARITY_BITS))
 
 
-def to_grid(values: np.ndarray, step: float) -> tuple[np.ndarray, bool]:
-    """Round values to grid units (round half up, a monotone map) and clip to +-MAX_GRID_UNITS.
+def to_grid(values: np.ndarray, step: float, quantum: float = 1.0) -> tuple[np.ndarray, bool]:
+    """Values in units of `quantum` -> grid units of `step` (round half up, a monotone map), clipped to +-MAX_GRID_UNITS.
 
-    Returns (units as float64 integers, exact) where `exact` is True when the
-    input type guarantees that no rounding happened (integer dtype and step <= 1,
-    so every integer is a multiple of the power-of-two step). `exact` depends
-    only on the dtype, never on the data.
+    `values` count multiples of `quantum` (a power of two, default 1): they stand
+    for values * quantum. Returns (grid units as float64 integers, exact):
+    - integer arrays (signed, or unsigned up to 32 bits) are converted exactly:
+      when quantum >= step they are multiplied by quantum / step (a power of two)
+      and no rounding happens (`exact` True); otherwise the quotient by
+      2**j = step / quantum is rounded half up in integer arithmetic (floor of
+      (k + 2**(j-1)) / 2**j, without overflow), so neighbouring integer inputs
+      map to grid units whose difference is the exact quotient's, rounded;
+    - float arrays are scaled in float64 and rounded by floor(x + 1/2) (`exact` False).
+    Clipping at +-MAX_GRID_UNITS is monotone and 1-Lipschitz; below it the
+    integer results are exact (a double holds every integer up to 2**53).
+    `exact` depends only on the dtype, step and quantum, never on the data; it
+    generalises "integers on a grid of step <= 1" (quantum 1).
     """
     array = np.asarray(values)
     if array.dtype.kind not in "iuf":
         raise ValueError(f"values must be an integer or float array, got dtype {array.dtype}")
-    exact = array.dtype.kind in "iu" and step <= 1.0
-    scaled = array.astype(np.float64) / step
+    if not is_power_of_two(quantum):
+        raise ValueError(f"to_grid: quantum must be a positive power of two, got {quantum!r}")
+    if array.dtype.kind == "i" or (array.dtype.kind == "u" and array.dtype.itemsize < 8):
+        shift = math.frexp(step)[1] - math.frexp(quantum)[1]  # step / quantum = 2**shift (both powers of two)
+        exact = shift <= 0
+        if exact:
+            units = array.astype(np.float64) * math.ldexp(1.0, -shift)
+        else:
+            units = _round_half_up_shift(array.astype(np.int64), shift).astype(np.float64)
+        return np.clip(units, -MAX_GRID_UNITS, MAX_GRID_UNITS), exact
+    scaled = array.astype(np.float64) * (quantum / step)
     if not np.all(np.isfinite(scaled)):
         raise ValueError("values must be finite numbers, got NaN or infinity")
-    units = scaled if exact else np.floor(scaled + 0.5)
-    return np.clip(units, -MAX_GRID_UNITS, MAX_GRID_UNITS), exact
+    return np.clip(np.floor(scaled + 0.5), -MAX_GRID_UNITS, MAX_GRID_UNITS), False
+
+
+def _round_half_up_shift(units: np.ndarray, shift: int) -> np.ndarray:
+    """floor(units / 2**shift + 1/2) for int64 units and shift >= 1, exactly (no overflow)."""
+    if shift >= 64:  # |units| <= 2**63, so units / 2**shift lies in [-1/2, 1/2), which rounds half up to 0
+        return np.zeros_like(units)
+    floor = units >> shift  # arithmetic shift: floor division by 2**shift
+    remainder = units & np.int64((1 << shift) - 1)  # units - floor * 2**shift, in [0, 2**shift)
+    return floor + (remainder >= (1 << (shift - 1)))
 
 
 def grid_sensitivity(sensitivity: float, step: float, exact: bool, changed: int, norm: int) -> float:

@@ -1,13 +1,15 @@
 """`PeakWindow`: per period, the window with the largest total, by Gaussian report-noisy-max.
 
 A period groups `windows_per_period` consecutive windows (e.g. the days of a
-30-day period). Each window's total (the sum over partitions of the bounded
-sums) is divided by the release's public maximum and clipped to [0, 1]; the
-index of the largest total plus N(0, sigma^2) is released
+30-day period). Each window's total (the exact int64 sum over partitions of
+the bounded sums, `fixedpoint.total`) is divided by the release's public
+maximum with one correct rounding (`fixedpoint.rounded_quotient`) and clipped
+to [0, 1]; the index of the largest total plus N(0, sigma^2) is released
 (`mechanisms.report_noisy_max`). Only the window is released, never a value.
 
-Privacy: one user moves a window total by at most L1 = L0 Linf, so a
-normalised total by at most L1 / maximum; per period PureDP(epsilon) with
+Privacy: one user moves a window total by at most L1 = L0 Linf, exactly, so a
+normalised total by at most L1 / maximum + 2**-53 (the division's rounding;
+`planning.normalised_sensitivity`); per period PureDP(epsilon) with
 epsilon = `accounting.selection.report_noisy_max_epsilon` (Lebensold–Precup–Balle
 Thm 8), at most the planned epsilon (sigma solved by `planning.plan_job`).
 A period with a single window releases that window, which is data-independent
@@ -22,16 +24,21 @@ import numpy as np
 
 from pipelines import mechanisms
 from pipelines.aggregation import WindowedRelease
+from pipelines.fixedpoint import exact_value, rounded_quotient, total
 from pipelines.planning import PeakPlan
 from pipelines.spec import WindowSpec
 from pipelines.windowing import beam_windows, iso, release_rng, window_bounds_iso, window_timestamp
 
 
-def peak_release(plan: PeakPlan, totals: np.ndarray, rng) -> tuple[int, mechanisms.Release | None]:
-    """(position of the released window within its period, the release or None for a one-window period)."""
-    if totals.size < 2:
+def peak_release(plan: PeakPlan, totals, quantum: float, rng) -> tuple[int, mechanisms.Release | None]:
+    """(position of the released window within its period, the release or None for a one-window period).
+
+    `totals`: each window's exact total, in integer units of `quantum`, in window order.
+    """
+    if len(totals) < 2:
         return 0, None
-    release = mechanisms.report_noisy_max(totals / plan.spec.maximum, plan.sigma, rng,
+    normalised = np.array([rounded_quotient(exact_value(total, quantum), plan.spec.maximum) for total in totals])
+    release = mechanisms.report_noisy_max(normalised, plan.sigma, rng,
                                           sensitivity=plan.sensitivity, lower=0.0, upper=1.0)
     return release.value, release
 
@@ -45,20 +52,21 @@ class _ToPeriod(beam.DoFn):
         index, sums = element
         period = index // self._per_period
         last = period * self._per_period + self._per_period - 1
-        yield beam.window.TimestampedValue((period, (index, sums.sum())), window_timestamp(self._window, last))
+        yield beam.window.TimestampedValue((period, (index, total(sums))), window_timestamp(self._window, last))
 
 
 class _PeakMechanism(beam.DoFn):
-    def __init__(self, plan: PeakPlan, window: WindowSpec, seed: int | None):
+    def __init__(self, plan: PeakPlan, window: WindowSpec, seed: int | None, quantum: float):
         self._plan = plan
         self._window = window
         self._seed = seed
+        self._quantum = quantum
 
     def process(self, element):
         period, windows = element
         ordered = sorted(windows)
-        totals = np.array([float(total) for _, total in ordered])
-        position, _ = peak_release(self._plan, totals, release_rng(self._seed, self._plan.name, period))
+        position, _ = peak_release(self._plan, [units for _, units in ordered], self._quantum,
+                                   release_rng(self._seed, self._plan.name, period))
         start, end = window_bounds_iso(self._window, ordered[position][0])
         period_start = self._window.start + period * self._plan.spec.period
         yield {"release": self._plan.name, "period_start": iso(period_start),
@@ -86,5 +94,5 @@ class PeakWindow(WindowedRelease):
             | "Total per window" >> beam.ParDo(_ToPeriod(per_period, self._window))
             | "Window periods" >> beam.WindowInto(beam_windows(self._window, per_period))
             | "Group per period" >> beam.GroupByKey()
-            | "Report noisy max" >> beam.ParDo(_PeakMechanism(self._plan, self._window, self._seed))
+            | "Report noisy max" >> beam.ParDo(_PeakMechanism(self._plan, self._window, self._seed, self._bounds.quantum))
         )

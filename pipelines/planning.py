@@ -45,9 +45,13 @@ The unit is a user, or with `unit_period` a user x period (e.g. aircraft-day):
 then only the windows and peak periods that overlap one unit period are
 composed (`unit_runs`), and the job's (epsilon, delta) holds per user and period.
 Proof: docs/proofs/planning.plan_job.md; composition is the accountant's (`accounting.accountant`); calibration
-is `accounting.calibrate`; grid rounding of non-integer sums is covered by
-enlarging the noise so that the grid sensitivity over the noise never exceeds
-the planned ratio (`noise.grid_sensitivity`).
+is `accounting.calibrate`. Sensitivities are those of the quantised bounds,
+which the exact int64 sums of bounding attain (`ContributionBounds`); the sums
+reach the grid unrounded when its step is at most the value quantum, and
+otherwise the rounding is covered by enlarging the noise so that the grid
+sensitivity over the noise never exceeds the planned ratio (`grid_noise`,
+`noise.grid_sensitivity`). Peak and svt queries divide exact totals once; their
+sensitivities include that rounding (`normalised_sensitivity`).
 Caller must ensure: the window range and partition lists are public.
 Runtime: one calibration (about 45 accountant evaluations), plus one
 bisection of the report-noisy-max epsilon per peak release.
@@ -62,6 +66,7 @@ from accounting.calibrate import CalibratedPlan, FixedEvent, Release, calibrate
 from accounting.events import ZCDP, ApproxDP, Event, GaussianThreshold, Laplace, PureDP, SelfComposed
 from accounting.numerics import epsilon_from_delta_curve, expanding_upper
 from accounting.selection import report_noisy_max_epsilon
+from pipelines.fixedpoint import QUOTIENT_ROUNDING
 from pipelines.monitor import SparseVectorMonitor
 from pipelines.noise import granularity, grid_sensitivity
 from pipelines.spec import ContributionBounds, ReleaseSpec, SpecError, WindowSpec
@@ -111,30 +116,43 @@ class _SelectionRelease(Release):
                                  sensitivity=self.sensitivity, delta=self.selection_delta)
 
 
-def integral_sums(bounds: ContributionBounds) -> bool:
-    """True when every bounded per-partition sum is an integer (counting: min_value = max_value, an integer)."""
-    return bounds.min_value == bounds.max_value and float(bounds.min_value).is_integer()
-
-
 def score_range(bounds: ContributionBounds) -> float:
-    """Range of score changes for the exponential mechanism: Linf when sums are monotone, else 2 Linf."""
-    monotone = bounds.min_value >= 0 or bounds.max_value <= 0
-    return bounds.linf if monotone else 2.0 * bounds.linf
+    """Range of score changes for the exponential mechanism: Linf when sums are monotone, else 2 Linf.
+
+    Monotone: every quantised value has one sign, so the bounded sums have one (`ContributionBounds.sum_range`).
+    """
+    lower, upper = bounds.sum_range
+    return bounds.linf if lower == 0.0 or upper == 0.0 else 2.0 * bounds.linf
 
 
-def grid_noise(noise: float, sensitivity: float, integral: bool, changed: int, norm: int) -> tuple[float, float]:
+def normalised_sensitivity(sensitivity: float, maximum: float) -> float:
+    """How far one unit moves a query clip(total / maximum, 0, 1) whose exact total moves by at most `sensitivity`.
+
+    The query divides an exact total with one correct rounding
+    (`fixedpoint.rounded_quotient`), off by at most 2**-54 inside [0, 1], and
+    clipping is 1-Lipschitz, so the computed queries of neighbours differ by at
+    most sensitivity / maximum + QUOTIENT_ROUNDING (docs/proofs/planning.plan_job.md,
+    "Normalised queries"); rounded up, and at most 1 when sensitivity <= maximum
+    (queries lie in [0, 1]). Above 1 only when maximum < sensitivity, which callers refuse.
+    """
+    bound = math.nextafter(math.nextafter(sensitivity / maximum, math.inf) + QUOTIENT_ROUNDING, math.inf)
+    return bound if sensitivity > maximum else min(bound, 1.0)
+
+
+def grid_noise(noise: float, sensitivity: float, quantum: float, changed: int, norm: int) -> tuple[float, float]:
     """(noise', sensitivity') with noise' >= noise, sensitivity'/noise' <= sensitivity/noise after grid rounding.
 
-    The mechanisms round their inputs to the grid of step granularity(noise'),
-    which can raise the sensitivity (`noise.grid_sensitivity`); the noise is
-    scaled up by the same factor, so the privacy of a run (a function of the
-    ratio only) is never above the planned one. Integer inputs on a grid of
-    step <= 1 are not rounded, and nothing changes.
+    The mechanisms round their inputs, integers in units of the power of two
+    `quantum`, to the grid of step granularity(noise'), which can raise the
+    sensitivity (`noise.grid_sensitivity`); the noise is scaled up by the same
+    factor, so the privacy of a run (a function of the ratio only) is never
+    above the planned one. On a grid of step <= quantum nothing is rounded
+    (`noise.to_grid`), and nothing changes.
     """
     current = noise
     for _ in range(8):
         step = granularity(current)
-        effective = grid_sensitivity(sensitivity, step, integral and step <= 1.0, changed, norm)
+        effective = grid_sensitivity(sensitivity, step, step <= quantum, changed, norm)
         if effective / current <= sensitivity / noise:
             return current, effective
         current = math.nextafter(noise * effective / sensitivity, math.inf)
@@ -154,15 +172,15 @@ def distinct_sigmas(event: GaussianThreshold, bounds: ContributionBounds) -> tup
     f = v / Linf, where it equals sigma^2: the values are as noisy as with one
     noisy count, while the cutoff is one unit plus a margin in sigma_units.
     """
-    value, root = abs(bounds.min_value), math.sqrt(bounds.max_partitions)
+    value, root = abs(bounds.quantised_range[0]), math.sqrt(bounds.max_partitions)
     mu = event.mu * (1.0 - 1e-12)
     share = value / bounds.linf
-    units, _ = grid_noise(root / (mu * math.sqrt(share)), root, True, bounds.max_partitions, norm=2)
+    units, _ = grid_noise(root / (mu * math.sqrt(share)), root, 1.0, bounds.max_partitions, norm=2)
     if share >= 1.0:
         return units, None
     extra_sensitivity = root * (bounds.linf - value)
     extra = extra_sensitivity / (mu * math.sqrt(1.0 - share))
-    extra, _ = grid_noise(extra, extra_sensitivity, integral_sums(bounds), bounds.max_partitions, norm=2)
+    extra, _ = grid_noise(extra, extra_sensitivity, bounds.quantum, bounds.max_partitions, norm=2)
     return units, extra
 
 
@@ -313,7 +331,7 @@ class PeakPlan:
     windows_per_period: int
     period_sizes: tuple[int, ...]  # windows in each period, in order
     sigma: float
-    sensitivity: float  # L1 / maximum
+    sensitivity: float  # L1 / maximum, plus the division's rounding (normalised_sensitivity)
     epsilon: float
     event: Event
 
@@ -497,7 +515,7 @@ def plan_job(
     if not (isinstance(delta, (int, float)) and 0 < delta < 1):
         raise PlanningError(f"privacy.delta must lie in (0, 1), got {delta!r}")
     windows = unit_runs(window, unit_period)
-    integral = integral_sums(bounds)
+    quantum = bounds.quantum
     selection_runs = sum(windows for r in releases if r.kind == "histogram" and r.partitions is None)
     selection_delta = SELECTION_DELTA_SHARE * delta / selection_runs if selection_runs else None
 
@@ -508,9 +526,9 @@ def plan_job(
     for spec in releases:
         where = f"release {spec.name!r}"
         if spec.kind == "histogram" and spec.partitions is None:
-            if spec.selection == "distinct" and not integral_sums(bounds):
-                raise PlanningError(f"{where}: selection \"distinct\" needs a counting job (min_value = max_value, a whole "
-                                    f"number: every record worth the same), got min_value={bounds.min_value!r}, "
+            if spec.selection == "distinct" and not bounds.counting:
+                raise PlanningError(f"{where}: selection \"distinct\" needs a counting job (min_value = max_value: "
+                                    f"every record worth the same), got min_value={bounds.min_value!r}, "
                                     f"max_value={bounds.max_value!r}")
             entries.append(_SelectionRelease(spec.name, "gaussian", spec.weight, bounds.l2, windows,
                                              selection_delta=selection_delta, truncated=spec.selection == "truncated"))
@@ -554,32 +572,32 @@ def plan_job(
             units, extra = distinct_sigmas(event, bounds)
             planned.append(HistogramPlan(spec, SELECTION_MECHANISMS[spec.selection], windows, units, bounds.linf,
                                          bounds.max_partitions, event, selection_delta, _value_range(spec, bounds),
-                                         extra_noise=extra, unit_value=bounds.min_value))
+                                         extra_noise=extra, unit_value=bounds.quantised_range[0]))
         elif spec.kind == "histogram" and spec.partitions is None:
             if isinstance(event, GaussianThreshold):
-                sigma, _ = grid_noise(event.sigma, event.sensitivity, integral, bounds.max_partitions, norm=2)
+                sigma, _ = grid_noise(event.sigma, event.sensitivity, quantum, bounds.max_partitions, norm=2)
             else:
                 sigma = bounds.linf * math.sqrt(bounds.max_partitions / (2.0 * event.rho))
-                sigma, _ = grid_noise(sigma, bounds.linf, integral, changed=1, norm=1)
+                sigma, _ = grid_noise(sigma, bounds.linf, quantum, changed=1, norm=1)
             planned.append(HistogramPlan(spec, SELECTION_MECHANISMS[spec.selection], windows, sigma, bounds.linf,
                                          bounds.max_partitions, event, selection_delta, _value_range(spec, bounds)))
         elif spec.kind == "histogram":
             norm = 1 if spec.noise == "laplace" else 2
             noise = event.scale if isinstance(event, Laplace) else event.sigma
-            noise, _ = grid_noise(noise, event.sensitivity, integral, bounds.max_partitions, norm)
+            noise, _ = grid_noise(noise, event.sensitivity, quantum, bounds.max_partitions, norm)
             planned.append(HistogramPlan(spec, spec.noise, windows, noise, event.sensitivity, bounds.max_partitions, event,
                                          value_range=_value_range(spec, bounds)))
         elif spec.kind == "topk":
             selection = (spec, windows, event.epsilon, score_range(bounds), SelfComposed(event, spec.k), bounds.max_partitions)
             if spec.counts:
                 count_event = by_name[f"{spec.name}.counts"].event
-                sigma, _ = grid_noise(count_event.sigma, count_event.sensitivity, integral,
+                sigma, _ = grid_noise(count_event.sigma, count_event.sensitivity, quantum,
                                       min(spec.k, bounds.max_partitions), 2)
                 planned.append(TopKPlan(*selection, sigma, count_event.sensitivity, count_event))
             else:
                 planned.append(TopKPlan(*selection))
         else:
-            sensitivity = bounds.l1 / spec.maximum
+            sensitivity = normalised_sensitivity(bounds.l1, spec.maximum)
             sigma = _peak_sigma(sizes[spec.name], event.epsilon, sensitivity)
             runs = _peak_runs(window, unit_period, spec.period, sizes[spec.name])
             planned.append(PeakPlan(spec, runs, round(spec.period / window.step), sizes[spec.name], sigma,
@@ -605,11 +623,12 @@ def svt_sensitivity(spec: ReleaseSpec, bounds: ContributionBounds) -> float:
     count and share: L0 * max_contributions records (share: a record's
     partition for bounding is (partition, positive or not), still at most L0
     of them), over the maximum; sum: the L1 sensitivity of the window total
-    over the maximum. Proof for share: docs/proofs/svt.SparseVectorAlerts.md.
+    over the maximum; each plus the rounding of the query's one division
+    (`normalised_sensitivity`). Proof for share: docs/proofs/svt.SparseVectorAlerts.md.
     """
     if spec.metric == "sum":
-        return bounds.l1 / spec.maximum
-    return bounds.max_partitions * bounds.max_contributions / spec.maximum
+        return normalised_sensitivity(bounds.l1, spec.maximum)
+    return normalised_sensitivity(bounds.max_partitions * bounds.max_contributions, spec.maximum)
 
 
 def _svt_plan(spec: ReleaseSpec, bounds: ContributionBounds, window: WindowSpec, epsilon: float, delta: float,

@@ -123,6 +123,8 @@ def report_json(context: RunContext, tables: dict[str, pa.Table], chart: str | N
                 "max_contributions": bounds.max_contributions,
                 "min_value": bounds.min_value,
                 "max_value": bounds.max_value,
+                "quantum": bounds.quantum,
+                "quantised_range": list(bounds.quantised_range),
                 "linf": bounds.linf,
                 "l1": bounds.l1,
                 "l2": bounds.l2,
@@ -165,6 +167,15 @@ def _version() -> str:
 # -- report.md -------------------------------------------------------------------------------------
 
 
+def _grid_text(bounds) -> str:
+    """How values are put on the value grid, when that can change a value (not for counts of a value on its grid)."""
+    if bounds.counting and bounds.quantised_range == (bounds.min_value, bounds.max_value):
+        return ""
+    low, high = bounds.quantised_range
+    return (f" and rounded to the nearest multiple of {bounds.quantum:.6g}, so that sums are exact (a kept event "
+            f"adds between {low:.12g} and {high:.12g})")
+
+
 def report_markdown(context: RunContext, content: dict[str, Any]) -> str:
     job, plan = context.job, context.plan
     bounds = job.privacy.bounds
@@ -180,8 +191,8 @@ def report_markdown(context: RunContext, content: dict[str, Any]) -> str:
         "",
         f"Each privacy unit (column `{job.input.user}`) keeps, per window, at most {bounds.max_partitions} "
         f"partitions (column `{job.input.partition}`) and at most {bounds.max_contributions} events per partition, "
-        f"chosen uniformly at random; values are clipped to [{bounds.min_value:g}, {bounds.max_value:g}]. "
-        f"So one unit moves a window's sums by at most L1 = {bounds.l1:g}, L2 = {bounds.l2:.6g}, Linf = {bounds.linf:g}.",
+        f"chosen uniformly at random; values are clipped to [{bounds.min_value:g}, {bounds.max_value:g}]"
+        f"{_grid_text(bounds)}. So one unit moves a window's sums by at most L1 = {bounds.l1:g}, L2 = {bounds.l2:.6g}, Linf = {bounds.linf:g}.",
         "",
         f"Windows: {job.window.count} windows of {_duration(job.window.size)}"
         + (f" every {_duration(job.window.period)}" if job.window.period else "")

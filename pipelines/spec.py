@@ -18,7 +18,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
+
+from pipelines.fixedpoint import MAX_CONTRIBUTIONS, to_units, value_quantum
 
 EVENT_SCHEMA = pa.schema(
     [
@@ -100,13 +103,20 @@ class WindowSpec:
 @dataclass(frozen=True)
 class ContributionBounds:
     """Per user and window: at most `max_partitions` partitions, `max_contributions` records per
-    partition, each value clipped to [min_value, max_value].
+    partition, each value clipped to [min_value, max_value] and put on the value grid.
 
-    Sensitivities (Cesar–Rogers Sec. 6; DESIGN.md §1), for the per-partition sums of one window:
+    The value grid (`pipelines.fixedpoint`): a clipped value v becomes k = rint(v / q) integer
+    units of the public power-of-two `quantum` q, so bounded sums are exact int64 sums. The
+    quantised bounds k_min q <= k q <= k_max q (`value_units`, `quantised_range`) are what a
+    record can really add; they differ from min_value and max_value by at most q / 2 < 2**-30
+    max(|min_value|, |max_value|), and not at all for integer bounds up to 2**30 in magnitude.
+    Sensitivities (Cesar–Rogers Sec. 6; DESIGN.md §1), for the per-partition sums of one window,
+    from the quantised bounds, so they are exactly what contribution bounding can produce:
         L0   = max_partitions
-        Linf = max_contributions * max(|min_value|, |max_value|)
+        Linf = max_contributions * max(|k_min|, |k_max|) * q
         L1   = L0 * Linf,  L2 = sqrt(L0) * Linf
-    Counting jobs use min_value = max_value = 1.
+    Linf and L1 are computed in integers and rounded up to doubles. Counting jobs use
+    min_value = max_value = 1 (q = 1, k = 1: the sums are the counts).
     """
 
     max_partitions: int = 1
@@ -119,16 +129,47 @@ class ContributionBounds:
             value = getattr(self, name)
             _require(isinstance(value, int) and not isinstance(value, bool) and value >= 1,
                      f"privacy.{name} must be a positive integer, got {value!r}")
+        _require(self.max_contributions <= MAX_CONTRIBUTIONS,
+                 f"privacy.max_contributions must be at most 2**32 (one user's exact sums fit in int64), "
+                 f"got {self.max_contributions!r}")
         _require(math.isfinite(self.min_value) and math.isfinite(self.max_value) and self.min_value <= self.max_value,
                  f"privacy.min_value must be <= privacy.max_value, got {self.min_value!r} > {self.max_value!r}")
+        try:
+            value_quantum(self.min_value, self.max_value)
+        except ValueError as err:
+            raise SpecError(f"privacy.min_value, privacy.max_value: {err}") from err
+
+    @property
+    def counting(self) -> bool:
+        """True when every kept record is worth the same (min_value = max_value): sums are counts times that value."""
+        return self.min_value == self.max_value
+
+    @property
+    def quantum(self) -> float:
+        """q, the power of two whose integer multiples bounded values are (`fixedpoint.value_quantum`)."""
+        return value_quantum(self.min_value, self.max_value)
+
+    @property
+    def value_units(self) -> tuple[int, int]:
+        """(k_min, k_max): the clipping bounds in integer units of `quantum`, mapped like every value."""
+        low, high = to_units(np.array([self.min_value, self.max_value]), self.quantum)
+        return int(low), int(high)
+
+    @property
+    def quantised_range(self) -> tuple[float, float]:
+        """(k_min q, k_max q): the smallest and largest value one kept record can add (exact doubles)."""
+        low, high = self.value_units
+        return low * self.quantum, high * self.quantum
 
     @property
     def linf(self) -> float:
-        return self.max_contributions * max(abs(self.min_value), abs(self.max_value))
+        low, high = self.value_units
+        return _rounded_up(self.max_contributions * max(abs(low), abs(high))) * self.quantum
 
     @property
     def l1(self) -> float:
-        return self.max_partitions * self.linf
+        low, high = self.value_units
+        return _rounded_up(self.max_partitions * self.max_contributions * max(abs(low), abs(high))) * self.quantum
 
     @property
     def l2(self) -> float:
@@ -138,10 +179,17 @@ class ContributionBounds:
     def sum_range(self) -> tuple[float, float]:
         """The interval every bounded per-partition sum lies in, whatever the data.
 
-        A sum of clipped values is >= 0 when min_value >= 0 (counts always) and
-        <= 0 when max_value <= 0; otherwise its sign is open. An empty partition sums to 0.
+        A sum of quantised values is >= 0 when k_min >= 0 (counts always) and
+        <= 0 when k_max <= 0; otherwise its sign is open. An empty partition sums to 0.
         """
-        return (0.0 if self.min_value >= 0 else -math.inf, 0.0 if self.max_value <= 0 else math.inf)
+        low, high = self.value_units
+        return (0.0 if low >= 0 else -math.inf, 0.0 if high <= 0 else math.inf)
+
+
+def _rounded_up(count: int) -> float:
+    """A non-negative integer as the nearest double at or above it."""
+    nearest = float(count)
+    return nearest if nearest >= count else math.nextafter(nearest, math.inf)
 
 
 @dataclass(frozen=True)

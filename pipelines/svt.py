@@ -5,8 +5,10 @@ Each window of the public range becomes one bounded query in [0, 1]
     count  bounded records of the window / maximum
     sum    bounded values of the window / maximum
     share  bounded records whose value is positive / max(bounded records, maximum)
-clipped to [0, 1]. One privacy unit moves it by at most
-`planning.svt_sensitivity` (docs/proofs/svt.SparseVectorAlerts.md for share).
+clipped to [0, 1], from exact totals with one correctly rounded division
+(`fixedpoint`). One privacy unit moves it by at most `planning.svt_sensitivity`
+(docs/proofs/svt.SparseVectorAlerts.md for share; the division's rounding adds
+2**-53, docs/proofs/planning.plan_job.md).
 The queries go, in window order, to a `pipelines.monitor.SparseVectorMonitor`
 (Gaussian AboveThreshold instances under the FSRC filter by default), which
 answers each window alert / no alert and says when its filter has halted it.
@@ -43,6 +45,7 @@ instance length (memoised).
 """
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Any, Mapping
 
 import apache_beam as beam
@@ -55,6 +58,7 @@ from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateS
 from apache_beam.transforms.window import GlobalWindows
 
 from pipelines.aggregation import WindowedRelease
+from pipelines.fixedpoint import exact_value, rounded_quotient, total
 from pipelines.monitor import SparseVectorMonitor
 from pipelines.planning import SvtPlan
 from pipelines.spec import EVENT_SCHEMA, ContributionBounds, WindowSpec
@@ -72,14 +76,17 @@ def query_bounds(plan: SvtPlan, bounds: ContributionBounds) -> ContributionBound
     return ContributionBounds(bounds.max_partitions, bounds.max_contributions, 1.0, 1.0)
 
 
-def window_query(metric: str, maximum: float, sums) -> float:
-    """One window's query in [0, 1] from its bounded per-partition sums (a pandas Series by partition)."""
-    total = float(np.sum(sums.to_numpy(dtype=float)))
+def window_query(metric: str, maximum: float, sums, quantum: float) -> float:
+    """One window's query in [0, 1] from its bounded per-partition sums (an int64 Series of units of `quantum`).
+
+    Totals are exact (`fixedpoint.total`); the quotient is rounded once (`fixedpoint.rounded_quotient`).
+    """
+    window_total = exact_value(total(sums), quantum)
     if metric == "share":
-        positive = float(sums[[str(p).endswith(_POSITIVE) for p in sums.index]].sum()) if len(sums) else 0.0
-        value = positive / max(total, maximum)
+        positive = sums[np.char.endswith(sums.index.to_numpy(dtype=str), _POSITIVE)]
+        value = rounded_quotient(exact_value(total(positive), quantum), max(window_total, Fraction(maximum)))
     else:
-        value = total / maximum
+        value = rounded_quotient(window_total, maximum)
     return min(max(value, 0.0), 1.0)
 
 
@@ -236,11 +243,12 @@ class SparseVectorAlerts(WindowedRelease):
         if spec.metric == "share":
             batches = batches | "Mark positive records" >> beam.ParDo(_MarkPositive(partitions))
             partitions = None
+        bounds = query_bounds(self._plan, self._bounds)
         queries = (
-            self._window_sums(batches, partitions, query_bounds(self._plan, self._bounds))
+            self._window_sums(batches, partitions, bounds)
             | "Normalised query" >> beam.Map(
-                lambda element, key=spec.name, metric=spec.metric, maximum=spec.maximum:
-                (key, (element[0], window_query(metric, maximum, element[1]))))
+                lambda element, key=spec.name, metric=spec.metric, maximum=spec.maximum, quantum=bounds.quantum:
+                (key, (element[0], window_query(metric, maximum, element[1], quantum))))
             | "Into one global window" >> beam.WindowInto(GlobalWindows())
         )
         if queries.is_bounded:

@@ -7,6 +7,7 @@ False-alarm rate: every statistical test below rejects at p < ALPHA = 1e-4
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -180,6 +181,54 @@ class TestGrid:
                 d *= rng.uniform(0, 1) / np.linalg.norm(d, ord=norm)
                 diff = to_grid(a + d, step)[0] - to_grid(a, step)[0]
                 assert np.linalg.norm(diff * step, ord=norm) <= bound
+
+    @pytest.mark.parametrize("shift", [-3, 0, 1, 4, 40])  # step / quantum = 2**shift
+    def test_integer_units_reach_the_grid_exactly(self, shift):
+        """Integer units of a quantum: multiplied exactly when quantum >= step, else rounded half up in integer
+        arithmetic; compared with exact rationals, including half-unit ties and |units| far above 2**53."""
+        quantum, step = 2.0**-20, 2.0 ** (shift - 20)
+        rng = np.random.default_rng(shift + 50)
+        units = np.concatenate([rng.integers(-2**62, 2**62, 3000), rng.integers(-2**20, 2**20, 3000),
+                                (np.arange(-50, 50) * 2 + 1) * 2 ** max(shift - 1, 0)])  # ties when shift >= 1
+        grid, exact = to_grid(units, step, quantum)
+        assert exact == (shift <= 0)
+        ratio = Fraction(quantum) / Fraction(step)
+        expected = [min(max(math.floor(u * ratio + Fraction(1, 2)), -2**51), 2**51) for u in units.tolist()]
+        assert grid.tolist() == expected
+
+    def test_integer_path_is_exact_where_float_rounding_is_not(self):
+        """2**55 + 15 units over 2**5: exactly 2**50 + 0.47 (rounds to 2**50); as a double the units are 2**55 + 16,
+        which lands on the tie 2**50 + 0.5 and rounds up."""
+        units = np.array([2**55 + 15])
+        assert to_grid(units, 2.0**5)[0][0] == 2.0**50
+        assert to_grid(units.astype(np.float64), 2.0**5)[0][0] == 2.0**50 + 1
+
+    @pytest.mark.parametrize("quantum, step", [(2.0**-20, 2.0**-20), (2.0**-20, 2.0**-23), (2.0**-20, 2.0**-17),
+                                               (1.0, 0.25), (1.0, 2.0), (2.0**-30, 2.0**-10)])
+    def test_neighbouring_integer_sums_stay_within_grid_sensitivity(self, quantum, step):
+        """Exact neighbouring sums x, x + d (|d| <= Linf / quantum on at most 3 coordinates) map to grid units whose
+        L1 / L2 distance is within grid_sensitivity, with the rounding allowance only when quantum < step."""
+        rng = np.random.default_rng(17)
+        linf_units = 3 * 2**20 + 7
+        for norm in (1, 2):
+            exact = step <= quantum
+            bound = Fraction(grid_sensitivity(linf_units * quantum * (3 if norm == 1 else math.sqrt(3)), step,
+                                              exact, changed=3, norm=norm))
+            for _ in range(500):
+                x = rng.integers(-2**40, 2**40, 3)
+                d = rng.integers(-linf_units, linf_units + 1, 3)
+                d[rng.integers(0, 3)] = linf_units * rng.choice([-1, 1])  # one coordinate at the bound
+                (a, flag), (b, _) = to_grid(x + d, step, quantum), to_grid(x, step, quantum)
+                assert flag == exact
+                diff = [Fraction(int(u)) * Fraction(step) for u in a - b]
+                if exact:  # no rounding: the grid difference is the exact difference
+                    assert diff == [Fraction(int(v)) * Fraction(quantum) for v in d]
+                distance = sum(abs(v) for v in diff) if norm == 1 else Fraction(math.sqrt(sum(v * v for v in diff)))
+                assert distance <= bound
+
+    def test_to_grid_rejects_a_quantum_that_is_not_a_power_of_two(self):
+        with pytest.raises(ValueError, match="to_grid: quantum must be a positive power of two, got 0.3"):
+            to_grid(np.array([1, 2]), 1.0, 0.3)
 
 
 def naive_float_laplace(x: float, scale: float, rng: np.random.Generator, n: int) -> np.ndarray:

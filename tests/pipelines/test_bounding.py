@@ -2,7 +2,6 @@
 sharding and order do not change the result in test mode."""
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import pyarrow as pa
@@ -25,12 +24,13 @@ def _heavy_user(n=10_000, days=3, seed=7, values=False):
 
 
 def _difference(with_user: dict, without: dict, index: int) -> np.ndarray:
+    """The int64 difference of two windows' bounded sums (in units of the quantum), over the partitions of either."""
     a = with_user.get(index)
     b = without.get(index)
     joined = set(a.index if a is not None else ()) | set(b.index if b is not None else ())
     a = (a if a is not None else b.iloc[:0]).reindex(sorted(joined), fill_value=0)
     b = (b if b is not None else a.iloc[:0]).reindex(sorted(joined), fill_value=0)
-    return (a.astype(float) - b.astype(float)).to_numpy()
+    return (a - b).to_numpy()
 
 
 @pytest.mark.parametrize("values", [False, True])
@@ -45,10 +45,12 @@ def test_user_with_ten_thousand_events_moves_each_window_within_the_sensitivitie
     with_user = bounded_sums([others, heavy], bounds, window, seed=11)
     for index in range(window.count):
         diff = _difference(with_user, without, index)
+        assert diff.dtype == np.int64
         assert np.count_nonzero(diff) == bounds.max_partitions  # the heavy user is in every window, every partition
-        assert np.max(np.abs(diff)) <= bounds.linf + 1e-9
-        assert np.sum(np.abs(diff)) <= bounds.l1 + 1e-9
-        assert math.sqrt(np.sum(diff**2)) <= bounds.l2 + 1e-9
+        linf_units = int(bounds.linf / bounds.quantum)  # exact: the quantised bounds are integer units
+        assert np.max(np.abs(diff)) <= linf_units
+        assert np.sum(np.abs(diff)) * bounds.quantum <= bounds.l1
+        assert sum(int(d) ** 2 for d in diff) <= bounds.max_partitions * linf_units**2  # L2, in exact integers
 
 
 @pytest.mark.parametrize("period", [None, 0.5 * DAY])
@@ -87,7 +89,7 @@ def test_production_mode_bounds_the_heavy_user_alone():
     sums = bounded_sums([_heavy_user(values=True)], bounds, window, seed=None)
     assert sorted(sums) == [0, 1, 2]
     for series in sums.values():
-        assert len(series) == 2 and series.max() <= bounds.linf and series.min() >= 0
+        assert len(series) == 2 and series.max() * bounds.quantum <= bounds.linf and series.min() >= 0
 
 
 def test_partition_choice_is_uniform_not_first_or_largest():
@@ -118,7 +120,7 @@ def test_record_choice_is_uniform():
     bounds = ContributionBounds(max_partitions=1, max_contributions=1, min_value=0.0, max_value=9.0)
     sums = bounded_sums([events(user_column, seconds, partitions, values)], bounds,
                         WindowSpec(size=60, start=START, end=START + 60), seed=9)
-    observed = np.bincount(sums[0].to_numpy().astype(int), minlength=10)
+    observed = np.bincount((sums[0].to_numpy() * bounds.quantum).astype(int), minlength=10)
     assert observed.sum() == users
     assert stats.chisquare(observed).pvalue > 1e-4, observed
 
@@ -135,9 +137,8 @@ def test_batching_sharding_and_order_do_not_change_bounded_sums(values):
     for shards in (1, 3):
         other = bounded_sums(pieces[::-1], bounds, window, seed=4, shards=shards)
         assert sorted(other) == sorted(reference)
-        for index in reference:
-            np.testing.assert_allclose(other[index].to_numpy(), reference[index].to_numpy(), rtol=1e-12)
-            assert list(other[index].index) == list(reference[index].index)
+        for index in reference:  # exact sums: bit-identical
+            assert other[index].equals(reference[index]) and other[index].dtype == np.int64
 
 
 def test_public_partition_list_filters_before_bounding():

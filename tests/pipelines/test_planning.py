@@ -10,10 +10,12 @@ import pytest
 
 from accounting.accountant import Accountant
 from accounting.events import ZCDP, Gaussian, GaussianThreshold, Laplace, PureDP, SelfComposed
+from pipelines import mechanisms
+from pipelines.fixedpoint import to_units
 from pipelines.histogram import _HistogramMechanism, histogram_release
-from pipelines.noise import SecureRandom
+from pipelines.noise import SecureRandom, granularity
 from pipelines.peak import peak_release
-from pipelines.planning import SELECTION_DELTA_SHARE, PlanningError, plan_job
+from pipelines.planning import SELECTION_DELTA_SHARE, PlanningError, grid_noise, normalised_sensitivity, plan_job
 from pipelines.spec import ContributionBounds, ReleaseSpec, SpecError, WindowSpec
 from pipelines.topk import topk_release
 from tests.pipelines.helpers import DAY, START
@@ -55,32 +57,32 @@ def _sums(values, partitions):
 def test_run_events_never_exceed_planned_events(bounds):
     plan = plan_job(RELEASES, bounds, WINDOW, 2.0, 1e-6)
     rng = SecureRandom(1)
-    integral = bounds.min_value == bounds.max_value
-    data = np.arange(len(LETTERS)) * 37 + (0 if integral else 0.3)
-    sums = _sums(data.astype(np.int64) if integral else data, LETTERS)
+    quantum = bounds.quantum
+    data = np.arange(len(LETTERS)) * 37 + (0 if bounds.counting else 0.3)
+    sums = _sums(to_units(data, quantum), LETTERS)  # bounded sums are int64 units of the quantum
     for name in ("laplace", "gaussian"):
         planned = plan[name]
-        _, release = histogram_release(planned, sums, rng)
+        _, release = histogram_release(planned, sums, rng, quantum)
         event = release.event
         if isinstance(event, Laplace):
             assert event.sensitivity / event.scale <= planned.event.sensitivity / planned.event.scale
         else:
             assert isinstance(event, Gaussian) and event.mu <= planned.event.mu
     planned = plan["unknown"]
-    _, release = histogram_release(planned, sums, rng)
+    _, release = histogram_release(planned, sums, rng, quantum)
     assert isinstance(release.event, GaussianThreshold) and planned.mechanism == "gaussian_threshold"
     assert release.event.mu <= planned.event.mu and release.event.delta == planned.event.delta
     planned = plan["truncated"]
-    _, release = histogram_release(planned, sums, rng)
+    _, release = histogram_release(planned, sums, rng, quantum)
     assert isinstance(release.event, ZCDP) and planned.mechanism == "truncated_gaussian"
     assert release.event.rho <= planned.event.rho and release.event.delta == planned.event.delta
     planned = plan["top"]
-    chosen, selection, counts = topk_release(planned, sums, rng)
+    chosen, selection, counts = topk_release(planned, sums, rng, quantum)
     assert selection.event == planned.event == SelfComposed(planned.event.event, 3) and len(set(chosen)) == 3
     assert counts.event.mu <= planned.count_event.mu
     planned = plan["peak"]
     for size in set(planned.period_sizes):
-        _, release = peak_release(planned, np.linspace(0, 4000, size), rng)
+        _, release = peak_release(planned, to_units(np.linspace(0, 4000, size), quantum), quantum, rng)
         assert isinstance(release.event, PureDP) and release.event.epsilon <= planned.epsilon
 
 
@@ -95,19 +97,35 @@ def test_distinct_selection_is_as_noisy_as_the_sum_selection_and_never_above_pla
     assert math.isclose(distinct.noise_stddev, single.noise_stddev, rel_tol=1e-5)
     assert (distinct.extra_noise is None) == (bounds.max_contributions == 1)
     units = np.array([0, 1, 3, 50, 5000])
-    frame = pd.DataFrame({"sum": units * int(bounds.min_value) * bounds.max_contributions, "units": units},
+    frame = pd.DataFrame({"sum": units * bounds.value_units[0] * bounds.max_contributions, "units": units},
                          index=list("vwxyz"))
-    partitions, release = histogram_release(distinct, frame, SecureRandom(2))
+    partitions, release = histogram_release(distinct, frame, SecureRandom(2), bounds.quantum)
     assert release.event.mu <= distinct.event.mu and release.event.delta == distinct.event.delta
     assert partitions == ["z"]  # far above the cutoff of about 370 units; 50 units far below
     assert "number of distinct privacy units" in distinct.describe()
 
 
-@pytest.mark.parametrize("low, high", [(0.0, 5.0), (0.5, 0.5)])  # value sums; a fractional count (float sums)
-def test_distinct_selection_needs_a_whole_number_counting_job(low, high):
-    bounds = ContributionBounds(max_partitions=2, min_value=low, max_value=high)
+def test_distinct_selection_needs_a_counting_job():
+    bounds = ContributionBounds(max_partitions=2, min_value=0.0, max_value=5.0)
     with pytest.raises(PlanningError, match='release \'d\': selection "distinct" needs a counting job'):
         plan_job((ReleaseSpec("d", "histogram", selection="distinct"),), bounds, WINDOW, 1.0, 1e-6)
+
+
+@pytest.mark.parametrize("value", [0.1, -0.3, 0.5])  # not dyadic (quantised to 2**-33, 2**-31), dyadic
+def test_distinct_selection_with_a_fractional_count_is_exact_and_never_above_plan(value):
+    """A fractional counting value lies on its value grid after quantisation, so sums and extras are exact int64
+    units and the run's event stays within the plan (formerly refused: float extras could exceed the allowance)."""
+    bounds = ContributionBounds(max_partitions=2, max_contributions=3, min_value=value, max_value=value)
+    distinct = plan_job((ReleaseSpec("d", "histogram", selection="distinct"),), bounds, WINDOW, 2.0, 1e-6)["d"]
+    assert distinct.unit_value == bounds.quantised_range[0] and distinct.sensitivity == bounds.linf
+    units = np.array([1, 50, 3000, 3000])
+    records = units * np.array([1, 2, 3, 1])
+    frame = pd.DataFrame({"sum": records * bounds.value_units[0], "units": units}, index=list("wxyz"))
+    partitions, release = histogram_release(distinct, frame, SecureRandom(4), bounds.quantum)
+    assert release.event.mu <= distinct.event.mu and release.event.delta == distinct.event.delta
+    assert partitions == ["y", "z"]
+    kept, values = release.value
+    np.testing.assert_allclose(values, records[kept] * bounds.quantised_range[0], atol=30 * distinct.noise_stddev)
 
 
 def test_counting_plan_keeps_the_calibrated_noise():
@@ -118,6 +136,30 @@ def test_counting_plan_keeps_the_calibrated_noise():
     gaussian = plan["gaussian"]
     assert calibrated.sigma < gaussian.noise_stddev <= calibrated.sigma * (1 + 2 * math.sqrt(2) * 2.0**-19 * calibrated.sigma / calibrated.sensitivity)
     assert math.isclose(plan["laplace"].noise_stddev, math.sqrt(2) * plan["laplace"].noise)
+
+
+@pytest.mark.parametrize("quantum", [2.0**-20, 1.0, 2.0])
+@pytest.mark.parametrize("noise", [2.0**-3, 5.0, 3.0e6])  # grid steps 2**-23, 2**-17, 4
+@pytest.mark.parametrize("norm", [1, 2])
+def test_planner_and_mechanism_agree_on_when_sums_are_rounded(quantum, noise, norm):
+    """Sums are int64 units of the quantum: no rounding allowance exactly when the grid step is at most the
+    quantum (for quantum 1: the former integral-counts rule), and the run's sensitivity is the planned one."""
+    sensitivity = 3000.0
+    planned, effective = grid_noise(noise, sensitivity, quantum, changed=2, norm=norm)
+    mechanism = mechanisms.laplace if norm == 1 else mechanisms.gaussian
+    release = mechanism(np.array([5, -7], dtype=np.int64), planned, SecureRandom(1), sensitivity=sensitivity,
+                        max_partitions=2, quantum=quantum)
+    assert release.event.sensitivity == effective and effective / planned <= sensitivity / noise
+    if norm == 1:  # (norm 2 always adds sqrt(2) steps for the discrete Gaussian)
+        assert (planned == noise) == (effective == sensitivity) == (granularity(noise) <= quantum)
+
+
+def test_peak_and_svt_plan_the_rounding_of_their_division():
+    releases = (ReleaseSpec("peak", "peak", period=7 * DAY, maximum=1100.0),
+                ReleaseSpec("alerts", "svt", metric="count", maximum=500.0, threshold=0.5, sigma_threshold=0.2))
+    plan = plan_job(releases, ContributionBounds(max_partitions=2), WINDOW, 2.0, 1e-6)
+    assert plan["peak"].sensitivity == normalised_sensitivity(2.0, 1100.0) > 2.0 / 1100.0
+    assert plan["alerts"].sensitivity == normalised_sensitivity(2.0, 500.0) > 2.0 / 500.0
 
 
 def test_more_budget_means_less_noise():
@@ -148,8 +190,8 @@ def test_clamped_rows_are_the_unclamped_rows_clamped():
     raw = dataclasses.replace(plan, value_range=(-math.inf, math.inf))
     sums = _sums(np.zeros(len(LETTERS), dtype=np.int64), LETTERS)  # empty partitions: half the noise is negative
     for index in range(5):
-        clamped_rows = list(_HistogramMechanism(plan, WINDOW, seed=3).process((index, sums)))
-        raw_rows = list(_HistogramMechanism(raw, WINDOW, seed=3).process((index, sums)))
+        clamped_rows = list(_HistogramMechanism(plan, WINDOW, 3, bounds.quantum).process((index, sums)))
+        raw_rows = list(_HistogramMechanism(raw, WINDOW, 3, bounds.quantum).process((index, sums)))
         assert [r["value"] for r in clamped_rows] == [max(r["value"], 0.0) for r in raw_rows]
     assert any(r["value"] < 0 for r in raw_rows)
 

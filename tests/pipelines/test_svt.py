@@ -139,10 +139,11 @@ def test_window_query_share_count_sum():
     import pandas as pd
 
     sums = pd.Series([3, 1, 6], index=["A\x1f+", "A\x1f-", "B\x1f+"])
-    assert window_query("share", 5.0, sums) == pytest.approx(9 / 10)
-    assert window_query("share", 20.0, sums) == pytest.approx(9 / 20)  # the floor denominator
-    assert window_query("count", 5.0, sums) == 1.0  # clipped
-    assert window_query("sum", 20.0, pd.Series([-30.0])) == 0.0
+    assert window_query("share", 5.0, sums, 1.0) == 9 / 10  # exact totals, one correctly rounded division
+    assert window_query("share", 20.0, sums, 1.0) == 9 / 20  # the floor denominator
+    assert window_query("count", 5.0, sums, 1.0) == 1.0  # clipped
+    assert window_query("sum", 20.0, pd.Series([-30]), 1.0) == 0.0
+    assert window_query("sum", 20.0, pd.Series([3, 7]), 0.5) == 5 / 20  # units of the quantum 1/2
 
 
 def test_job_file_svt_keys(tmp_path):

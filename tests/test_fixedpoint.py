@@ -1,0 +1,160 @@
+"""The value grid and exact sums (`pipelines.fixedpoint`): the quantum rule, the quantised bounds the sensitivities
+come from, overflow checks instead of wrap-around, and the one-rounding quotient of peak and svt queries."""
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pipelines.aggregation import SumSeriesFn
+from pipelines.fixedpoint import (
+    QUOTIENT_ROUNDING,
+    VALUE_BITS,
+    SumOverflowError,
+    exact_value,
+    group_sums,
+    rounded_quotient,
+    to_units,
+    total,
+    value_quantum,
+)
+from pipelines.planning import normalised_sensitivity
+from pipelines.spec import ContributionBounds, SpecError
+
+
+@pytest.mark.parametrize("value, quantum", [
+    (1.0, 1.0), (3.0, 1.0), (-7.0, 1.0), (2.0, 2.0), (0.75, 0.25), (2.0**40, 2.0**40), (0.0, 1.0),
+    (0.1, 2.0**-33),  # 0.1 needs 52 bits: the precision rule, as for value ranges
+    (2.0**30 + 1, 2.0),  # odd with 31 bits: no grid of 2**30 units holds it, so the rule (it is quantised to 2**30)
+])
+def test_counting_jobs_take_the_coarsest_grid_holding_their_value(value, quantum):
+    assert value_quantum(value, value) == quantum
+
+
+@pytest.mark.parametrize("low, high", [(-2.0, 3.0), (0.0, 100.0), (-1000.3, 999.7), (0.0, 0.1), (-1e-6, 5e-7), (0, 2.0**40)])
+def test_value_ranges_resolve_the_largest_bound_to_value_bits(low, high):
+    q = value_quantum(low, high)
+    largest = max(abs(low), abs(high))
+    assert math.frexp(q)[0] == 0.5  # a power of two
+    assert 2.0**(VALUE_BITS - 1) < largest / q <= 2.0**VALUE_BITS
+    bounds = ContributionBounds(2, 3, low, high)
+    k_min, k_max = bounds.value_units
+    assert (k_min, k_max) == (int(np.rint(low / q)), int(np.rint(high / q)))
+    assert abs(k_min * q - low) <= q / 2 and abs(k_max * q - high) <= q / 2
+    assert bounds.linf == 3 * max(abs(k_min), abs(k_max)) * q and bounds.l1 == 2 * bounds.linf
+    if float(low).is_integer() and float(high).is_integer() and largest <= 2.0**30:  # integers lie on the grid
+        assert bounds.quantised_range == (low, high) and bounds.linf == 3 * largest
+
+
+def test_quantised_bounds_can_exceed_the_declared_ones_and_the_sensitivities_follow_them():
+    bounds = ContributionBounds(max_partitions=2, max_contributions=3, min_value=-1000.3, max_value=0.7)
+    low, high = bounds.quantised_range
+    assert low < -1000.3  # rint moved the bound outwards: a record at -1000.3 adds low
+    assert bounds.linf == 3 * -low > 3 * 1000.3 and bounds.l1 == 2 * bounds.linf
+    assert bounds.l2 == math.sqrt(2) * bounds.linf
+    assert bounds.sum_range == (-math.inf, math.inf)
+    tiny = ContributionBounds(min_value=-1e-12, max_value=1.0)  # -1e-12 rounds to 0 units: sums are non-negative
+    assert tiny.value_units[0] == 0 and tiny.sum_range == (0.0, math.inf)
+
+
+@pytest.mark.parametrize("low, high", [(1.0, 1.0), (-3.0, 3.0), (0.0, 100.0), (-2.0, 0.0), (2.0, 2.0)])
+def test_integer_bounds_keep_the_sensitivities_of_the_declared_bounds(low, high):
+    """Integer bounds up to 2**30 lie on their grid: Linf, L1, L2 and the sum range are exactly what they were."""
+    bounds = ContributionBounds(max_partitions=3, max_contributions=2, min_value=low, max_value=high)
+    declared = 2 * max(abs(low), abs(high))
+    assert (bounds.linf, bounds.l1, bounds.l2) == (declared, 3 * declared, math.sqrt(3) * declared)
+    assert bounds.sum_range == (0.0 if low >= 0 else -math.inf, 0.0 if high <= 0 else math.inf)
+
+
+def test_rint_is_monotone_and_within_half_a_quantum():
+    rng = np.random.default_rng(1)
+    q = value_quantum(-5.0, 5.0)
+    ties = (np.arange(-40, 40) + 0.5) * q  # exact half units: rint rounds them to even, still monotone
+    values = np.sort(np.concatenate([rng.uniform(-5, 5, 100_000), ties, [-5.0, 5.0, np.nextafter(5.0, 0)]]))
+    units = to_units(values, q)
+    assert units.dtype == np.int64 and np.all(np.diff(units) >= 0)
+    assert np.max(np.abs(units * q - values)) <= q / 2
+    assert np.array_equal(to_units(ties, q) % 2, np.zeros(ties.size, dtype=np.int64))
+    with pytest.raises(ValueError, match="values must be numbers, got NaN"):
+        to_units(np.array([1.0, np.nan]), q)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(max_contributions=2**32 + 1), "privacy.max_contributions must be at most 2\\*\\*32"),
+    (dict(min_value=-1e-300, max_value=0.0), "must be 0 or lie in \\[2\\*\\*-256, 2\\*\\*256\\], got 1e-300"),
+    (dict(min_value=0.0, max_value=1e300), "got 1e\\+300"),
+])
+def test_bounds_outside_the_exact_range_are_refused(kwargs, message):
+    with pytest.raises(SpecError, match=message):
+        ContributionBounds(**kwargs)
+
+
+def test_sums_are_exact_int64_up_to_the_limit():
+    big = 2**61
+    parts = pd.Series([big, big - 1, -5, 3, big], index=["a", "a", "a", "b", "b"])
+    sums = group_sums(parts)
+    assert sums.dtype == np.int64 and sums.to_dict() == {"a": 2 * big - 6, "b": big + 3}
+    assert total(pd.Series([big // 4 + 1, big // 2, -(big // 2)])) == big // 4 + 1  # |terms| add up to 2.5 * 2**60
+
+
+def test_a_partition_beyond_the_limit_is_an_error_not_a_wrap():
+    parts = pd.Series([2**61, 2**61, 2**61, 2**61], index=["hot"] * 4)  # 2**63: wraps to -2**63 in int64
+    assert parts.groupby(level=0).sum()["hot"] == -(2**63)  # what an unchecked int64 sum returns (negative control)
+    with pytest.raises(SumOverflowError, match="bounded values of partition 'hot' add up to 9.223e\\+18 units"):
+        group_sums(parts)
+    with pytest.raises(SumOverflowError, match="partition 'hot'"):  # the shard merge checks the same way
+        SumSeriesFn().extract_output([parts.iloc[:2], parts.iloc[2:]])
+    with pytest.raises(SumOverflowError, match="a window's partitions together"):  # peak and svt window totals
+        total(pd.Series([2**61] * 3, index=list("abc")))
+
+
+def test_many_partitions_may_exceed_the_limit_together():
+    """The limit holds per partition: 8 partitions of 2**60 units each add up to 2**63 but sum exactly."""
+    parts = pd.Series([2**59] * 16, index=[f"p{i // 2}" for i in range(16)])
+    assert group_sums(parts).tolist() == [2**60] * 8
+    frame = pd.DataFrame({"sum": parts, "units": np.ones(16, dtype=np.int64)})
+    assert group_sums(frame)["units"].tolist() == [2] * 8
+
+
+def test_sums_of_floats_are_refused():
+    with pytest.raises(TypeError, match="exact sums need int64 value units, got dtype float64"):
+        group_sums(pd.Series([1.5], index=["a"]))
+
+
+def test_rounded_quotient_is_correctly_rounded_beyond_two_to_the_53():
+    rng = np.random.default_rng(3)
+    for _ in range(2000):
+        units = int(rng.integers(0, 2**62)) | 1  # odd, most above 2**53: not a double
+        quantum = 2.0 ** int(rng.integers(-40, 0))
+        maximum = float(rng.uniform(1, 1e6)) * 2.0**62 * quantum
+        exact = exact_value(units, quantum) / Fraction(maximum)
+        result = rounded_quotient(exact_value(units, quantum), maximum)
+        assert abs(Fraction(result) - exact) <= Fraction(math.ulp(result)) / 2
+
+
+def test_one_rounding_moves_normalised_queries_by_at_most_two_to_the_minus_53():
+    """Exact totals a, b = a + d divided by m and clipped: the change exceeds d / m for some (a, m) (so the
+    planned 2**-53 is needed), never by more than QUOTIENT_ROUNDING, and never beyond normalised_sensitivity."""
+    rng = np.random.default_rng(4)
+
+    def query(units: int, maximum: float) -> float:
+        return min(max(rounded_quotient(units, maximum), 0.0), 1.0)
+
+    excess = []
+    for _ in range(20_000):
+        maximum = float(rng.uniform(100, 5000))
+        a, d = int(rng.integers(-10, int(maximum) + 10)), int(rng.integers(1, 5))
+        change = Fraction(query(a + d, maximum)) - Fraction(query(a, maximum))
+        excess.append(change - Fraction(d) / Fraction(maximum))
+        assert change <= Fraction(normalised_sensitivity(d, maximum))
+    assert max(excess) > 0 and max(excess) <= Fraction(QUOTIENT_ROUNDING)
+
+
+def test_normalised_sensitivity_is_one_at_most_unless_the_maximum_is_too_small():
+    assert normalised_sensitivity(2.0, 1100.0) > 2.0 / 1100.0 + QUOTIENT_ROUNDING
+    assert normalised_sensitivity(500.0, 500.0) == 1.0
+    assert normalised_sensitivity(2.0, 1.0) > 1.0  # callers refuse it (maximum below the sensitivity)
+
