@@ -1,5 +1,25 @@
 """dpstream: differentially private analytics for time-windowed event streams on Apache Beam."""
-from setuptools import find_packages, setup
+from pathlib import Path
+
+from setuptools import setup
+
+ROOT = Path(__file__).parent
+LAYERS = ("accounting", "connectors", "pipelines", "examples")
+"""Top-level folders that install as `dpstream.<folder>`: the import root is `dpstream`, while the folders stay
+where the project's layout puts them. `dpstream` itself is a namespace package (no __init__.py of its own), so
+no extra top-level folder is needed; a wheel holds dpstream/accounting/..., an editable install maps the same
+names onto these folders."""
+
+
+def packages() -> dict[str, str]:
+    """`dpstream.<dotted path>` -> folder, for every folder under LAYERS that holds an __init__.py."""
+    found = {}
+    for layer in LAYERS:
+        for init in sorted((ROOT / layer).rglob("__init__.py")):
+            folder = init.parent.relative_to(ROOT)
+            found["dpstream." + ".".join(folder.parts)] = folder.as_posix()
+    return found
+
 
 RUNTIME = [
     "apache-beam>=2.60",
@@ -39,9 +59,11 @@ setup(
     name="dpstream",
     version="0.1.0",
     description=__doc__,
-    python_requires=">=3.10",
-    packages=find_packages(include=["accounting*", "pipelines*", "connectors*"]),
+    python_requires=">=3.11",  # tomllib
+    packages=list(packages()),
+    package_dir=packages(),
+    package_data={"dpstream.examples": ["*.toml"]},
     install_requires=RUNTIME,
     extras_require=EXTRAS,
-    entry_points={"console_scripts": ["dpstream=pipelines.cli:main"]},
+    entry_points={"console_scripts": ["dpstream=dpstream.pipelines.cli.main:main"]},
 )

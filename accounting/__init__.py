@@ -2,7 +2,7 @@
 
 Pure Python with numpy/scipy; never imports Apache Beam, so it works from a notebook.
 """
-from accounting import events
-from accounting.accountant import Accountant, Explanation, UnsupportedEventError
+from dpstream.accounting import events
+from dpstream.accounting.accountant import Accountant, Explanation, UnsupportedEventError
 
 __all__ = ["Accountant", "Explanation", "UnsupportedEventError", "events"]

@@ -23,10 +23,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from accounting.bounds import Bound
-from accounting.bounds.registry import default_bounds
-from accounting.composition import Composition, leaf_counts
-from accounting.events import Event
+from dpstream.accounting.bounds import Bound
+from dpstream.accounting.bounds.registry import default_bounds
+from dpstream.accounting.composition import Composition, leaf_counts
+from dpstream.accounting.events import Event
 
 
 class UnsupportedEventError(ValueError):

@@ -30,8 +30,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from accounting.accountant import Accountant, Explanation
-from accounting.events import BoundedRange, Event, Gaussian, Laplace, PureDP, SelfComposed
+from dpstream.accounting.accountant import Accountant, Explanation
+from dpstream.accounting.events import BoundedRange, Event, Gaussian, Laplace, PureDP, SelfComposed
 
 _ZCDP_TO_PARAMETER = {  # parameter of one run as a function of its zCDP share rho
     "laplace": lambda rho: math.sqrt(2 * rho),

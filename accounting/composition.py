@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, fields
 from typing import Iterable, Iterator
 
-from accounting.events import LEAF_EVENTS, Composed, Event, InvalidEventError, SelfComposed
+from dpstream.accounting.events import LEAF_EVENTS, Composed, Event, InvalidEventError, SelfComposed
 
 
 def _sort_key(event: Event) -> tuple:

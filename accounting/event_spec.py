@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from accounting.events import LEAF_EVENTS, Event, InvalidEventError
+from dpstream.accounting.events import LEAF_EVENTS, Event, InvalidEventError
 
 KINDS: dict[str, type[Event]] = {cls.kind: cls for cls in LEAF_EVENTS}
 

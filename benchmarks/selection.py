@@ -35,7 +35,7 @@ from pathlib import Path
 import mpmath as mp
 import numpy as np
 
-from accounting.selection import above_threshold_expost_epsilon, report_noisy_max_epsilon
+from dpstream.accounting.selection import above_threshold_expost_epsilon, report_noisy_max_epsilon
 from tests.accounting import selection_oracle
 
 RESULTS = Path(__file__).parent / "results" / "selection.json"

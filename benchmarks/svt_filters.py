@@ -1,7 +1,7 @@
 """Sparse vector at equal budget: FSRC with ex-post accounting against the Whitehouse filter and Laplace SVT.
 
 Every run feeds one synthetic stream of `--windows` bounded values (in [0, 1],
-threshold rho = 0.5) to a `pipelines.monitor.SparseVectorMonitor` and records
+threshold rho = 0.5) to a `pipelines.mechanisms.monitor.SparseVectorMonitor` and records
 how many windows it processed before halting and the F1 score of its alert
 bits against the noise-free run (which alerts exactly on the windows with
 value >= rho and never halts; windows after a halt count as "no alert").
@@ -50,9 +50,9 @@ from pathlib import Path
 
 import numpy as np
 
-from accounting.selection import above_threshold_expost_epsilon
-from pipelines.monitor import LOWER, UPPER, SparseVectorMonitor, _pdp_epsilon
-from pipelines.noise import SecureRandom
+from dpstream.accounting.selection import above_threshold_expost_epsilon
+from dpstream.pipelines.mechanisms.monitor import LOWER, UPPER, SparseVectorMonitor, _pdp_epsilon
+from dpstream.pipelines.mechanisms.noise import SecureRandom
 
 RESULTS = Path(__file__).parent / "results" / "svt_filters.json"
 THRESHOLD = 0.5

@@ -5,7 +5,7 @@ import apache_beam as beam
 import pyarrow as pa
 from apache_beam.metrics import Metrics
 
-from connectors.readers import InputSpec, list_chunks, read_chunk
+from dpstream.connectors.readers import InputSpec, list_chunks, read_chunk
 
 
 class _ReadChunk(beam.DoFn):
@@ -22,7 +22,7 @@ class _ReadChunk(beam.DoFn):
 
 
 class ReadEvents(beam.PTransform):
-    """Events of an input as a PCollection of `pyarrow.RecordBatch` in `pipelines.spec.EVENT_SCHEMA`.
+    """Events of an input as a PCollection of `pyarrow.RecordBatch` in `dpstream.connectors.schema.EVENT_SCHEMA`.
 
     Building the transform reads nothing: the chunks (Parquet row groups, text
     files) are listed when the pipeline runs, spread over workers, and each is

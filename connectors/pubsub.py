@@ -14,7 +14,7 @@ into `EVENT_SCHEMA` record batches and converted with the file readers' code
 key, fails the pipeline with one line naming the subscription, message id and
 key.
 
-Releases of a streaming job are written per window to files (`pipelines.runner`).
+Releases of a streaming job are written per window to files (`pipelines.run.runner`).
 
 Needs `google-cloud-pubsub` (the `pubsub` extra); set PUBSUB_EMULATOR_HOST
 to use the Pub/Sub emulator.
@@ -34,9 +34,9 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
 
-from connectors import timestamps
-from connectors.errors import InputError
-from connectors.readers import to_events
+from dpstream.connectors import timestamps
+from dpstream.connectors.errors import InputError
+from dpstream.connectors.readers import to_events
 
 FORMAT = "pubsub"
 BATCH_MESSAGES = 1000

@@ -44,9 +44,11 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
-from connectors import timestamps
-from connectors.errors import InputError, RowError
-from pipelines.spec import EVENT_SCHEMA
+from dpstream.connectors import timestamps
+from dpstream.accounting.text import first_line
+from dpstream.connectors.errors import InputError, RowError
+from dpstream.connectors.files import filesystems, open_file
+from dpstream.connectors.schema import EVENT_SCHEMA
 
 FORMATS = ("parquet", "csv", "jsonl")
 CSV_BLOCK_BYTES = 1 << 22
@@ -99,14 +101,14 @@ def files(spec: InputSpec) -> list[str]:
     """The input files (paths or URLs, as `FileSystems.match` names them), sorted; an error when none exist."""
     pattern = spec.path
     magic = _MAGIC.search(pattern)
-    local = _filesystems().get_scheme(pattern) in (None, "file")
+    local = filesystems().get_scheme(pattern) in (None, "file")
     # Beam lists nothing when the part before the first wildcard names no directory (*.csv, */x.csv): match ./PATTERN
     here = local and magic is not None and "/" not in pattern[:magic.start()]
     try:
         if magic is None and pattern.endswith("/"):
             matches = []  # a directory, not a file (Beam would match everything under it)
         else:
-            [result] = _filesystems().match(["./" + pattern if here else pattern])
+            [result] = filesystems().match(["./" + pattern if here else pattern])
             matches = [m.path[2:] if here else m.path for m in result.metadata_list]
     except ValueError as err:  # no filesystem for the scheme, e.g. gs:// without apache-beam[gcp]
         raise InputError(f"input.path {pattern!r}: {err}") from err
@@ -159,10 +161,10 @@ def check_input(spec: InputSpec) -> list[str]:
 def _column_names(fmt: str, path: str) -> list[str] | None:
     try:
         if fmt == "parquet":
-            with _open(path) as raw:
+            with open_file(path) as raw:
                 return list(pq.read_schema(_seekable(raw)).names)
         if fmt == "csv":
-            with _open(path) as raw, io.TextIOWrapper(_text_stream(path, raw), encoding="utf-8", newline="") as handle:
+            with open_file(path) as raw, io.TextIOWrapper(_text_stream(path, raw), encoding="utf-8", newline="") as handle:
                 return [name.strip() for name in next(csv.reader(handle), [])]
     except (OSError, pa.ArrowException, UnicodeDecodeError) as err:
         raise InputError(f"{path}: cannot read the {fmt} header: {err}") from err
@@ -177,7 +179,7 @@ def list_chunks(spec: InputSpec) -> list[Chunk]:
             chunks.append(Chunk(path))
             continue
         try:
-            with _open(path) as raw:
+            with open_file(path) as raw:
                 metadata = pq.ParquetFile(_seekable(raw)).metadata
         except (OSError, pa.ArrowException) as err:
             raise InputError(f"{path}: not a readable Parquet file: {err}") from err
@@ -207,17 +209,8 @@ def read_events(spec: InputSpec) -> Iterator[pa.RecordBatch]:
 # -- files -----------------------------------------------------------------------------------------
 
 
-def _filesystems():
-    from apache_beam.io.filesystems import FileSystems
-
-    return FileSystems
 
 
-def _open(path: str):
-    """The file's bytes as stored (Beam decompresses nothing), as a binary file object to close."""
-    from apache_beam.io.filesystem import CompressionTypes
-
-    return _filesystems().open(path, compression_type=CompressionTypes.UNCOMPRESSED)
 
 
 def _seekable(raw) -> pa.NativeFile:
@@ -239,7 +232,7 @@ def _text_stream(path: str, raw) -> pa.NativeFile:
 
 
 def _read_text(path: str) -> bytes:
-    with _open(path) as raw:
+    with open_file(path) as raw:
         return _text_stream(path, raw).read()
 
 
@@ -249,7 +242,7 @@ def _read_text(path: str) -> bytes:
 def _read_parquet(spec: InputSpec, chunk: Chunk) -> Iterator[pa.RecordBatch]:
     columns = list(dict.fromkeys(spec.columns.values()))
     try:
-        with _open(chunk.path) as raw:
+        with open_file(chunk.path) as raw:
             table = pq.ParquetFile(_seekable(raw)).read_row_group(chunk.row_group, columns=columns)
     except (OSError, pa.ArrowException) as err:
         raise InputError(f"{chunk.path}: row group {chunk.row_group}: cannot read: {err}") from err
@@ -266,7 +259,7 @@ def _read_csv(spec: InputSpec, chunk: Chunk) -> Iterator[pa.RecordBatch]:
     )
     first = 0
     try:
-        with _open(chunk.path) as raw:
+        with open_file(chunk.path) as raw:
             reader = pacsv.open_csv(
                 _text_stream(chunk.path, raw),
                 read_options=pacsv.ReadOptions(block_size=CSV_BLOCK_BYTES),
@@ -282,7 +275,7 @@ def _read_csv(spec: InputSpec, chunk: Chunk) -> Iterator[pa.RecordBatch]:
 
 def _locate_csv_error(path: str, err: Exception) -> InputError:
     """Find the first line whose field count differs from the header's (error path only)."""
-    with _open(path) as raw, io.TextIOWrapper(_text_stream(path, raw), encoding="utf-8", errors="replace", newline="") as handle:
+    with open_file(path) as raw, io.TextIOWrapper(_text_stream(path, raw), encoding="utf-8", errors="replace", newline="") as handle:
         reader = csv.reader(handle)
         width = len(next(reader, []))
         try:
@@ -291,11 +284,8 @@ def _locate_csv_error(path: str, err: Exception) -> InputError:
                     return InputError(f"{path}:{reader.line_num}: expected {width} fields, got {len(fields)}")
         except csv.Error as bad:
             return InputError(f"{path}:{reader.line_num}: {bad}")
-    return InputError(f"{path}: cannot read as CSV: {_first_line(err)}")
+    return InputError(f"{path}: cannot read as CSV: {first_line(err)}")
 
-
-def _first_line(err: Exception) -> str:
-    return str(err).strip().splitlines()[0]
 
 
 def _read_jsonl(spec: InputSpec, chunk: Chunk) -> Iterator[pa.RecordBatch]:
@@ -367,7 +357,7 @@ def _locate_json_error(path: str, data: bytes, err: Exception) -> InputError:
             pass
     except InputError as located:
         return located
-    return InputError(f"{path}: cannot read as JSON lines: {_first_line(err)}")
+    return InputError(f"{path}: cannot read as JSON lines: {first_line(err)}")
 
 
 # -- conversion ------------------------------------------------------------------------------------

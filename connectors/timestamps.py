@@ -16,7 +16,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from connectors.errors import RowError
+from dpstream.connectors.errors import RowError
 
 FORMATS = ("auto", "epoch_s", "epoch_ms", "iso8601")
 _EPOCH_FACTOR = {"epoch_s": 1_000_000, "epoch_ms": 1_000}

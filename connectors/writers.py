@@ -6,20 +6,14 @@ release always gives the same bytes. Rows are plain dicts of str, int, float
 or bool values (None allowed); lists (e.g. a top-k list) are kept as lists in
 Parquet and JSONL and written as JSON text in CSV.
 
-Every file goes through Apache Beam's `FileSystems`, so a path may be local or
-any scheme the workers' Beam installation supports (`gs://` with
-`apache-beam[gcp]`, `s3://`, `hdfs://`): the writers run inside Beam workers,
-which on a cluster share no local disk with the submitting process. A file is
-written under a temporary name in its directory and then renamed, so readers
-never see half a file (atomic on local disks; on object stores the rename is
-a copy and a delete, and the final name appears only once complete).
-Beam is imported when a file is first written or read, not when this module is.
+Every file goes through `dpstream.connectors.files` (Apache Beam's `FileSystems`), so a path may be local or
+any scheme the workers' Beam installation supports: the writers run inside Beam workers, which on a cluster
+share no local disk with the submitting process.
 """
 from __future__ import annotations
 
 import io
 import json
-import uuid
 from typing import Any, Iterable
 
 import pyarrow as pa
@@ -27,24 +21,16 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
+from dpstream.connectors.files import join, read_bytes, write_bytes
+
 FORMATS = ("parquet", "csv", "jsonl")
 EXTENSIONS = {"parquet": ".parquet", "csv": ".csv", "jsonl": ".jsonl"}
 
 
-def _filesystems():
-    from apache_beam.io.filesystems import FileSystems
-
-    return FileSystems
 
 
-def is_local(path: str) -> bool:
-    """True for a path on this machine's disk (no URL scheme, or file://)."""
-    return _filesystems().get_scheme(path) in (None, "file")
 
 
-def join(directory: str, *names: str) -> str:
-    """DIRECTORY/NAME/... for a local path or a URL such as gs://bucket/dir."""
-    return _filesystems().join(directory, *names) if names else directory
 
 
 def release_path(directory: str, name: str, fmt: str) -> str:
@@ -52,29 +38,8 @@ def release_path(directory: str, name: str, fmt: str) -> str:
     return join(directory, name + EXTENSIONS[fmt])
 
 
-def write_bytes(path: str, data: bytes) -> None:
-    """Write `data` to `path` (local or a URL) under a temporary name in the same directory, then rename it."""
-    from apache_beam.io.filesystem import CompressionTypes
-
-    filesystems = _filesystems()
-    directory, name = filesystems.split(path)
-    temporary = filesystems.join(directory, f".writing-{uuid.uuid4().hex}-{name}")
-    try:
-        with filesystems.create(temporary, compression_type=CompressionTypes.UNCOMPRESSED) as out:
-            out.write(data)
-        filesystems.rename([temporary], [path])
-    except BaseException:
-        if filesystems.exists(temporary):
-            filesystems.delete([temporary])
-        raise
 
 
-def read_bytes(path: str) -> bytes:
-    """The whole content of a local file or URL."""
-    from apache_beam.io.filesystem import CompressionTypes
-
-    with _filesystems().open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-        return handle.read()
 
 
 def _sort_key(row: dict[str, Any], columns: list[str]) -> tuple:

@@ -72,7 +72,7 @@ while [[ $# -gt 0 && "$1" != "--" ]]; do OWN+=("$1"); shift; done
 [[ $# -gt 0 ]] && shift
 EXTRA=("$@")
 
-"$PYTHON" -m pipelines.cli run "${OWN[@]}" -- \
+"$PYTHON" -m dpstream.pipelines.cli.main run "${OWN[@]}" -- \
   --runner=PortableRunner --job_endpoint="localhost:$JOB_PORT" \
   --environment_type=EXTERNAL --environment_config="localhost:$WORKER_PORT" \
   "${EXTRA[@]}"

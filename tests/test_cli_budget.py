@@ -6,8 +6,8 @@ import sqlite3
 
 import pytest
 
-from accounting.ledger import LEDGER_ENV
-from pipelines.cli import main
+from dpstream.accounting.ledger import LEDGER_ENV
+from dpstream.pipelines.cli.main import main
 
 
 @pytest.fixture

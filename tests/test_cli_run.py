@@ -1,7 +1,7 @@
 """`dpstream run`, `validate` and `demo` on the command line: exit codes, messages, Beam options after --."""
 import pytest
 
-from pipelines import cli
+from dpstream.pipelines.cli import main as cli
 from tests.pipelines.test_runner import JOB, _events
 
 EXAMPLE_OUTPUTS = {"report.json", "report.md", "chart.png"}

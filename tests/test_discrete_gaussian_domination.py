@@ -14,7 +14,7 @@ import mpmath as mp
 import numpy as np
 import pytest
 
-from pipelines.noise import granularity, grid_sensitivity
+from dpstream.pipelines.mechanisms.noise import granularity, grid_sensitivity
 
 DIGITS = 120  # at eps = -2 and s = 20 the two curves differ by about 1e-92
 EPSILONS = [-2, -0.5, 0.0, 0.01, 0.1, 0.3, 0.5, 1, 2, 3, 5, 8, 12]

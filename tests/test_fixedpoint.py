@@ -1,4 +1,4 @@
-"""The value grid and exact sums (`pipelines.fixedpoint`): the quantum rule, the quantised bounds the sensitivities
+"""The value grid and exact sums (`pipelines.mechanisms.fixedpoint`): the quantum rule, the quantised bounds the sensitivities
 come from, overflow checks instead of wrap-around, and the one-rounding quotient of peak and svt queries."""
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipelines.aggregation import SumSeriesFn
-from pipelines.fixedpoint import (
+from dpstream.pipelines.transforms.aggregation import SumSeriesFn
+from dpstream.pipelines.mechanisms.fixedpoint import (
     QUOTIENT_ROUNDING,
     VALUE_BITS,
     SumOverflowError,
@@ -21,8 +21,8 @@ from pipelines.fixedpoint import (
     total,
     value_quantum,
 )
-from pipelines.planning import normalised_sensitivity
-from pipelines.spec import ContributionBounds, SpecError
+from dpstream.pipelines.planning.job import normalised_sensitivity
+from dpstream.pipelines.config.specs import ContributionBounds, SpecError
 
 
 @pytest.mark.parametrize("value, quantum", [

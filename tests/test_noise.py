@@ -1,4 +1,4 @@
-"""Statistical and hardening tests of pipelines.noise.
+"""Statistical and hardening tests of pipelines.mechanisms.noise.
 
 False-alarm rate: every statistical test below rejects at p < ALPHA = 1e-4
 (a correct sampler fails one given test with probability 1e-4; over the
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from pipelines import mechanisms
-from pipelines.noise import (
+from dpstream.pipelines import mechanisms
+from dpstream.pipelines.mechanisms.noise import (
     GRANULARITY_BITS,
     SecureRandom,
     granularity,

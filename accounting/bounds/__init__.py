@@ -12,8 +12,8 @@ import abc
 import math
 from typing import ClassVar
 
-from accounting.composition import Composition
-from accounting.numerics import epsilon_from_delta_curve, expanding_upper
+from dpstream.accounting.composition import Composition
+from dpstream.accounting.numerics import epsilon_from_delta_curve, expanding_upper
 
 
 class Bound(abc.ABC):

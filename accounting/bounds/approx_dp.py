@@ -53,11 +53,11 @@ from typing import Iterable
 
 import numpy as np
 
-from accounting.bounds import Bound
-from accounting.bounds.discrete_pld import DiscretePLD
-from accounting.bounds.pure_dp import PURE_EVENTS, ULP, binomial_loss_atoms, rr_log_probabilities
-from accounting.composition import Composition
-from accounting.events import ApproxDP
+from dpstream.accounting.bounds import Bound
+from dpstream.accounting.bounds.discrete_pld import DiscretePLD
+from dpstream.accounting.bounds.pure_dp import PURE_EVENTS, ULP, binomial_loss_atoms, rr_log_probabilities
+from dpstream.accounting.composition import Composition
+from dpstream.accounting.events import ApproxDP
 
 MAX_EXACT_ATOMS = 2**16
 MIN_LATTICE = 2**15

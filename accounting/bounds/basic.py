@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import math
 
-from accounting.bounds import Bound
-from accounting.composition import Composition
-from accounting.events import ApproxDP, BoundedRange, Laplace, PureDP
+from dpstream.accounting.bounds import Bound
+from dpstream.accounting.composition import Composition
+from dpstream.accounting.events import ApproxDP, BoundedRange, Laplace, PureDP
 
 
 def _round_up(value: float) -> float:

@@ -27,10 +27,10 @@ import numpy as np
 from scipy.optimize import brentq, minimize_scalar
 from scipy.special import gammaln
 
-from accounting.bounds import Bound
-from accounting.bounds import generalized_rr as rr
-from accounting.composition import Composition
-from accounting.events import BoundedRange
+from dpstream.accounting.bounds import Bound
+from dpstream.accounting.bounds import generalized_rr as rr
+from dpstream.accounting.composition import Composition
+from dpstream.accounting.events import BoundedRange
 
 _ULP = 2.0**-52
 _LOG_FLOOR = -1.0e4  # stands in for log(0) while root finding on log delta; far below any float64 delta

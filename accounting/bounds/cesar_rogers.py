@@ -35,11 +35,11 @@ import numpy as np
 from scipy.optimize import brentq, minimize_scalar
 from scipy.special import gammaln, logsumexp
 
-from accounting.bounds import Bound
-from accounting.bounds import generalized_rr as rr
-from accounting.bounds.bounded_range import mgf_log_moment as br_log_mgf
-from accounting.composition import Composition
-from accounting.events import ZCDP, BoundedRange, Gaussian, Laplace, PureDP
+from dpstream.accounting.bounds import Bound
+from dpstream.accounting.bounds import generalized_rr as rr
+from dpstream.accounting.bounds.bounded_range import mgf_log_moment as br_log_mgf
+from dpstream.accounting.composition import Composition
+from dpstream.accounting.events import ZCDP, BoundedRange, Gaussian, Laplace, PureDP
 
 # Relative slack added to computed privacy quantities so float rounding never
 # reports a value below the exact formula (the formulas are accurate to ~1e-13).

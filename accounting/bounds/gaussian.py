@@ -20,10 +20,10 @@ import math
 from scipy.optimize import brentq
 from scipy.special import log_ndtr
 
-from accounting.bounds import Bound
-from accounting.composition import Composition
-from accounting.events import Gaussian
-from accounting.numerics import log_sub_exp
+from dpstream.accounting.bounds import Bound
+from dpstream.accounting.composition import Composition
+from dpstream.accounting.events import Gaussian
+from dpstream.accounting.numerics import log_sub_exp
 
 
 def total_mu(composition: Composition) -> float:

@@ -71,10 +71,10 @@ from scipy.fft import irfft, next_fast_len, rfft
 from scipy.optimize import brentq
 from scipy.special import log_ndtr
 
-from accounting.bounds import Bound
-from accounting.bounds.gaussian import gdp_epsilon
-from accounting.composition import Composition
-from accounting.events import ApproxDP, BoundedRange, Event, Gaussian, GaussianThreshold, Laplace, PureDP
+from dpstream.accounting.bounds import Bound
+from dpstream.accounting.bounds.gaussian import gdp_epsilon
+from dpstream.accounting.composition import Composition
+from dpstream.accounting.events import ApproxDP, BoundedRange, Event, Gaussian, GaussianThreshold, Laplace, PureDP
 
 DEFAULT_STEP = 1e-4  # loss grid for large plans
 MIN_STEP = 1e-6  # finest grid used for small plans

@@ -34,10 +34,10 @@ import math
 import numpy as np
 from scipy.special import gammaln
 
-from accounting.bounds import Bound
-from accounting.bounds.discrete_pld import DiscretePLD
-from accounting.composition import Composition
-from accounting.events import BoundedRange, Laplace, PureDP
+from dpstream.accounting.bounds import Bound
+from dpstream.accounting.bounds.discrete_pld import DiscretePLD
+from dpstream.accounting.composition import Composition
+from dpstream.accounting.events import BoundedRange, Laplace, PureDP
 
 PURE_EVENTS = (PureDP, Laplace, BoundedRange)
 ULP = 2.0**-52

@@ -53,12 +53,12 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import expit, log_expit
 
-from accounting.bounds import Bound
-from accounting.bounds.generalized_rr import log_one_minus_q, log_q
-from accounting.bounds.rdp_conversion import renyi_epsilon, renyi_log_delta
-from accounting.composition import Composition
-from accounting.events import ZCDP, BoundedRange, Gaussian, Laplace, PureDP
-from accounting.numerics import expm1_minus_x
+from dpstream.accounting.bounds import Bound
+from dpstream.accounting.bounds.generalized_rr import log_one_minus_q, log_q
+from dpstream.accounting.bounds.rdp_conversion import renyi_epsilon, renyi_log_delta
+from dpstream.accounting.composition import Composition
+from dpstream.accounting.events import ZCDP, BoundedRange, Gaussian, Laplace, PureDP
+from dpstream.accounting.numerics import expm1_minus_x
 
 _LOG_FORM_ABOVE = 30.0  # a * eps above which curves use the log-space form (no cancellation there)
 _BLOCK = 512

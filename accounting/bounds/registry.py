@@ -1,16 +1,16 @@
 """The bounds the accountant chooses from, in the order they are reported."""
 from __future__ import annotations
 
-from accounting.bounds import Bound
-from accounting.bounds.approx_dp import ChourasiaRecursion
-from accounting.bounds.basic import BasicComposition
-from accounting.bounds.bounded_range import MGFBound, OptimalNonadaptiveBR, OptKL
-from accounting.bounds.cesar_rogers import MixedMGF, MixedNonadaptive, MixedSetwise, SingleBRAdaptive
-from accounting.bounds.gaussian import ExactGaussian
-from accounting.bounds.pld import PLDBound
-from accounting.bounds.pure_dp import KairouzOhViswanath
-from accounting.bounds.rdp import RDPComposition
-from accounting.bounds.zcdp import ZCDPComposition
+from dpstream.accounting.bounds import Bound
+from dpstream.accounting.bounds.approx_dp import ChourasiaRecursion
+from dpstream.accounting.bounds.basic import BasicComposition
+from dpstream.accounting.bounds.bounded_range import MGFBound, OptimalNonadaptiveBR, OptKL
+from dpstream.accounting.bounds.cesar_rogers import MixedMGF, MixedNonadaptive, MixedSetwise, SingleBRAdaptive
+from dpstream.accounting.bounds.gaussian import ExactGaussian
+from dpstream.accounting.bounds.pld import PLDBound
+from dpstream.accounting.bounds.pure_dp import KairouzOhViswanath
+from dpstream.accounting.bounds.rdp import RDPComposition
+from dpstream.accounting.bounds.zcdp import ZCDPComposition
 
 
 def default_bounds() -> tuple[Bound, ...]:

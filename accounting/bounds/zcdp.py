@@ -36,10 +36,10 @@ import math
 
 import numpy as np
 
-from accounting.bounds import Bound
-from accounting.bounds.rdp_conversion import renyi_epsilon, renyi_log_delta
-from accounting.composition import Composition
-from accounting.events import ZCDP, ApproxDP, BoundedRange, Event, Gaussian, Laplace, PureDP
+from dpstream.accounting.bounds import Bound
+from dpstream.accounting.bounds.rdp_conversion import renyi_epsilon, renyi_log_delta
+from dpstream.accounting.composition import Composition
+from dpstream.accounting.events import ZCDP, ApproxDP, BoundedRange, Event, Gaussian, Laplace, PureDP
 
 
 def event_zcdp(event: Event) -> tuple[float, float]:

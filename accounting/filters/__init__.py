@@ -19,11 +19,11 @@ a delta budget: their Thm 11 as printed charges delta once and is false, see doc
 """
 from __future__ import annotations
 
-from accounting.filters.base import EventFilter, PrivacyFilter, UnsupportedByFilterError, exact_decimal
-from accounting.filters.fsrc import FSRCFilter
-from accounting.filters.gdp import GDPFilter, GDPResidueFilter, gdp_mu_for, randomized_response_mu
-from accounting.filters.pure import ApproxDPFilter, PureDPFilter
-from accounting.filters.zcdp import WhitehouseFilter, ZCDPFilter, zcdp_rho_for
+from dpstream.accounting.filters.base import EventFilter, PrivacyFilter, UnsupportedByFilterError, exact_decimal
+from dpstream.accounting.filters.fsrc import FSRCFilter
+from dpstream.accounting.filters.gdp import GDPFilter, GDPResidueFilter, gdp_mu_for, randomized_response_mu
+from dpstream.accounting.filters.pure import ApproxDPFilter, PureDPFilter
+from dpstream.accounting.filters.zcdp import WhitehouseFilter, ZCDPFilter, zcdp_rho_for
 
 FILTER_CLASSES: dict[str, type[PrivacyFilter]] = {
     cls.kind: cls

@@ -21,8 +21,8 @@ import math
 from fractions import Fraction
 from typing import Any, ClassVar, Mapping
 
-from accounting.composition import leaf_counts
-from accounting.events import Event, InvalidEventError
+from dpstream.accounting.composition import leaf_counts
+from dpstream.accounting.events import Event, InvalidEventError
 
 
 class UnsupportedByFilterError(ValueError):
@@ -116,7 +116,7 @@ class PrivacyFilter(abc.ABC):
 
     @staticmethod
     def from_dict(data: Mapping[str, Any]) -> "PrivacyFilter":
-        from accounting.filters import FILTER_CLASSES
+        from dpstream.accounting.filters import FILTER_CLASSES
 
         kind = data.get("filter")
         cls = FILTER_CLASSES.get(kind)

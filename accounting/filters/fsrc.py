@@ -16,7 +16,7 @@ import math
 from fractions import Fraction
 from typing import Any, Mapping
 
-from accounting.filters.base import PrivacyFilter, check_budget, check_delta, fraction_from_json, fraction_to_json
+from dpstream.accounting.filters.base import PrivacyFilter, check_budget, check_delta, fraction_from_json, fraction_to_json
 
 _BASEL = 6.0 / math.pi**2  # 1 / zeta(2): the weights 6 / (pi^2 t^2) sum to 1 over t = 1, 2, ...
 

@@ -15,9 +15,9 @@ from typing import Any, Mapping
 import numpy as np
 from scipy.special import erfinv, gammaln, log_ndtr, ndtri
 
-from accounting.bounds.gaussian import gdp_log_delta
-from accounting.events import BoundedRange, Event, Gaussian, Laplace, PureDP
-from accounting.filters.base import EventFilter, check_budget, check_delta
+from dpstream.accounting.bounds.gaussian import gdp_log_delta
+from dpstream.accounting.events import BoundedRange, Event, Gaussian, Laplace, PureDP
+from dpstream.accounting.filters.base import EventFilter, check_budget, check_delta
 
 GDP_KINDS = "Gaussian, PureDP, Laplace, BoundedRange"
 _ULP_STEPS = 4

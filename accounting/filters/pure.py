@@ -12,9 +12,9 @@ import math
 from fractions import Fraction
 from typing import Any, Mapping
 
-from accounting.accountant import Accountant
-from accounting.events import ApproxDP, BoundedRange, Composed, Event, Laplace, PureDP, SelfComposed
-from accounting.filters.base import (
+from dpstream.accounting.accountant import Accountant
+from dpstream.accounting.events import ApproxDP, BoundedRange, Composed, Event, Laplace, PureDP, SelfComposed
+from dpstream.accounting.filters.base import (
     EventFilter,
     check_budget,
     check_delta,

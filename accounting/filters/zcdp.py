@@ -14,8 +14,8 @@ import math
 from fractions import Fraction
 from typing import Any, Mapping
 
-from accounting.events import ApproxDP, BoundedRange, Event, Gaussian, Laplace, PureDP, ZCDP
-from accounting.filters.base import (
+from dpstream.accounting.events import ApproxDP, BoundedRange, Event, Gaussian, Laplace, PureDP, ZCDP
+from dpstream.accounting.filters.base import (
     EventFilter,
     check_budget,
     check_delta,

@@ -13,7 +13,7 @@ import tempfile
 
 from apache_beam.io.filesystems import FileSystems
 
-from pipelines import cli
+from dpstream.pipelines.cli import main as cli
 
 
 def main(argv: list[str]) -> int:

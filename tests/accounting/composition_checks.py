@@ -1,8 +1,8 @@
 """What every composition bound of the RDP and zCDP tests must satisfy: published optima and finite answers at scale."""
 import math
 
-from accounting.composition import Composition
-from accounting.events import BoundedRange, PureDP, SelfComposed
+from dpstream.accounting.composition import Composition
+from dpstream.accounting.events import BoundedRange, PureDP, SelfComposed
 
 # name -> (composition, epsilon at delta 1e-6 that no valid bound may go below)
 PUBLISHED_OPTIMA = {

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from accounting.ledger import DEBIT_HOOK_ENV
+from dpstream.accounting.ledger import DEBIT_HOOK_ENV
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -32,7 +32,7 @@ def kill_inside_debit(tmp_path, ledger_url: str, scope: str, *extra: str) -> Non
     """Run `dpstream budget spend` (pure epsilon 0.5, label "killed") and SIGKILL it inside its debit transaction."""
     marker = tmp_path / "inside-debit"
     env = {**os.environ, DEBIT_HOOK_ENV: str(marker), "PYTHONPATH": str(REPO)}
-    command = [sys.executable, "-m", "pipelines.cli", "budget", "spend", "--ledger", ledger_url,
+    command = [sys.executable, "-m", "dpstream.pipelines.cli.main", "budget", "spend", "--ledger", ledger_url,
                "--scope", scope, "--event", "pure:epsilon=0.5", "--label", "killed", *extra]
     process = subprocess.Popen(command, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 60

@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from accounting import Accountant
-from accounting.events import ApproxDP, BoundedRange, Composed, Gaussian, Laplace, PureDP, SelfComposed, ZCDP
+from dpstream.accounting import Accountant
+from dpstream.accounting.events import ApproxDP, BoundedRange, Composed, Gaussian, Laplace, PureDP, SelfComposed, ZCDP
 
 EVENTS = {
     "pure": PureDP(0.3),

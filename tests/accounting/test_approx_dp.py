@@ -6,18 +6,18 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from accounting import Accountant
-from accounting.bounds.approx_dp import (
+from dpstream.accounting import Accountant
+from dpstream.accounting.bounds.approx_dp import (
     ChourasiaRecursion,
     approx_dp_delta,
     approx_dp_epsilon,
     approx_dp_pld,
     lattice_spacing,
 )
-from accounting.bounds.basic import BasicComposition
-from accounting.bounds.pure_dp import KairouzOhViswanath, kov_delta, kov_epsilon
-from accounting.composition import Composition
-from accounting.events import ApproxDP, BoundedRange, Gaussian, Laplace, PureDP
+from dpstream.accounting.bounds.basic import BasicComposition
+from dpstream.accounting.bounds.pure_dp import KairouzOhViswanath, kov_delta, kov_epsilon
+from dpstream.accounting.composition import Composition
+from dpstream.accounting.events import ApproxDP, BoundedRange, Gaussian, Laplace, PureDP
 from tests.accounting.dp_oracles import (
     rr_product_hockey_stick_mp,
     rr_sign_atoms_mp,

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from scipy.stats import binom
 
-from accounting import Accountant
-from accounting.bounds import generalized_rr as rr
-from accounting.bounds.bounded_range import (
+from dpstream.accounting import Accountant
+from dpstream.accounting.bounds import generalized_rr as rr
+from dpstream.accounting.bounds.bounded_range import (
     MGFBound,
     OptimalNonadaptiveBR,
     OptKL,
@@ -26,8 +26,8 @@ from accounting.bounds.bounded_range import (
     optkl_delta,
     optkl_epsilon,
 )
-from accounting.composition import Composition
-from accounting.events import BoundedRange, Composed, PureDP, SelfComposed
+from dpstream.accounting.composition import Composition
+from dpstream.accounting.events import BoundedRange, Composed, PureDP, SelfComposed
 
 # (k, eps, eps_g, delta_OPT) from the note's Sec. 8.2.
 THEOREM3_VALUES = [

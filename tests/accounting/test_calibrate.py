@@ -2,10 +2,10 @@ import math
 
 import pytest
 
-from accounting import Accountant
-from accounting.bounds.gaussian import gdp_epsilon
-from accounting.calibrate import CalibrationError, FixedEvent, Release, calibrate
-from accounting.events import Gaussian, Laplace
+from dpstream.accounting import Accountant
+from dpstream.accounting.bounds.gaussian import gdp_epsilon
+from dpstream.accounting.calibrate import CalibrationError, FixedEvent, Release, calibrate
+from dpstream.accounting.events import Gaussian, Laplace
 
 
 def test_single_gaussian_matches_analytic_gaussian():
@@ -70,7 +70,7 @@ def test_gaussian_event_sensitivity_carried():
 
 
 def test_fixed_events_take_their_share_first():
-    from accounting.events import ApproxDP
+    from dpstream.accounting.events import ApproxDP
 
     free = calibrate([Release("a", "gaussian")], 1.0, 1e-6).by_name()["a"].noise
     plan = calibrate([Release("a", "gaussian")], 1.0, 1e-6, fixed=(FixedEvent("m", ApproxDP(0.2, 0.0 + 1e-7)),))
@@ -83,7 +83,7 @@ def test_fixed_events_take_their_share_first():
 
 
 def test_fixed_events_are_told_apart_by_name_and_checked_without_releases():
-    from accounting.events import ApproxDP
+    from dpstream.accounting.events import ApproxDP
 
     event = ApproxDP(0.2, 1e-7)  # two monitors with equal parameters: equal events, distinct names
     plan = calibrate([], 1.0, 1e-6, fixed=(FixedEvent("a", event), FixedEvent("b", event)))

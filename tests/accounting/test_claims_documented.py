@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from accounting.bounds.registry import default_bounds
+from dpstream.accounting.bounds.registry import default_bounds
 
 ROOT = Path(__file__).resolve().parents[2]
 SECTIONS = ("Privacy", "Proof", "Numerics", "Runtime")

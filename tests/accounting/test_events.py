@@ -3,8 +3,8 @@ import math
 
 import pytest
 
-from accounting.event_spec import format_event, parse_event
-from accounting.events import (
+from dpstream.accounting.event_spec import format_event, parse_event
+from dpstream.accounting.events import (
     ApproxDP, BoundedRange, Composed, Event, Gaussian, InvalidEventError, Laplace, PureDP, SelfComposed, ZCDP,
 )
 

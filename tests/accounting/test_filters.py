@@ -10,8 +10,8 @@ from fractions import Fraction
 import mpmath
 import pytest
 
-from accounting.events import ApproxDP, BoundedRange, Gaussian, Laplace, PureDP, SelfComposed, ZCDP
-from accounting.filters import (
+from dpstream.accounting.events import ApproxDP, BoundedRange, Gaussian, Laplace, PureDP, SelfComposed, ZCDP
+from dpstream.accounting.filters import (
     ApproxDPFilter,
     FSRCFilter,
     GDPFilter,
@@ -26,7 +26,7 @@ from accounting.filters import (
     scope_filter,
     zcdp_rho_for,
 )
-from accounting.filters.fsrc import basel_delta
+from dpstream.accounting.filters.fsrc import basel_delta
 
 mpmath.mp.dps = 40
 
@@ -84,7 +84,7 @@ class EventFilterContract:
     ],
 )
 def test_unknown_leaf_is_an_error_and_changes_nothing(make, bad):
-    from accounting.events import Composed
+    from dpstream.accounting.events import Composed
 
     f = make()
     before = f.to_dict()
@@ -164,7 +164,7 @@ def test_pure_filter_keeps_serving_smaller_requests():
 
 
 def test_approx_filter_prices_with_the_accountant():
-    from accounting import Accountant
+    from dpstream.accounting import Accountant
 
     f = ApproxDPFilter(2.0, 1e-6, release_delta=1e-7)
     release = SelfComposed(Gaussian(sigma=8.0), 3)
@@ -177,7 +177,7 @@ def test_approx_filter_prices_with_the_accountant():
 
 
 def Composed_pure_approx():
-    from accounting.events import Composed
+    from dpstream.accounting.events import Composed
 
     return Composed((PureDP(0.1), ApproxDP(0.2, 1e-8), ApproxDP(0.2, 1e-8)))
 
@@ -414,8 +414,8 @@ def test_scope_filters_from_epsilon_delta():
 def test_approx_filter_charges_the_cheaper_valid_price():
     """25 x PureDP(0.1) in one release: basic costs (2.5, 0); KOV at 1e-7 costs about (2.2, 1e-7).
     With delta to spare the tight price is charged; with little delta budget the basic one."""
-    from accounting import Accountant
-    from accounting.events import SelfComposed as SC
+    from dpstream.accounting import Accountant
+    from dpstream.accounting.events import SelfComposed as SC
 
     kov = Accountant().compose(PureDP(0.1), count=25).epsilon(1e-7)
     assert kov < 2.3

@@ -5,9 +5,9 @@ import mpmath
 import numpy as np
 import pytest
 
-from accounting import Accountant
-from accounting.bounds.gaussian import gdp_delta, gdp_epsilon
-from accounting.events import Gaussian
+from dpstream.accounting import Accountant
+from dpstream.accounting.bounds.gaussian import gdp_delta, gdp_epsilon
+from dpstream.accounting.events import Gaussian
 
 
 def mp_gdp_delta(mu, eps):

@@ -8,15 +8,15 @@ import numpy as np
 import pytest
 from scipy import integrate
 
-from accounting import Accountant
-from accounting.bounds.gaussian import gdp_delta
-from accounting.bounds.pld import PLDBound
-from accounting.composition import Composition
-from accounting.event_spec import format_event, parse_event
-from accounting.events import (
+from dpstream.accounting import Accountant
+from dpstream.accounting.bounds.gaussian import gdp_delta
+from dpstream.accounting.bounds.pld import PLDBound
+from dpstream.accounting.composition import Composition
+from dpstream.accounting.event_spec import format_event, parse_event
+from dpstream.accounting.events import (
     ZCDP, BoundedRange, Event, Gaussian, GaussianThreshold, InvalidEventError, Laplace, PureDP, SelfComposed,
 )
-from accounting.filters.zcdp import zcdp_cost
+from dpstream.accounting.filters.zcdp import zcdp_cost
 
 
 def _gdp_delta(mu, x):

@@ -2,7 +2,7 @@ import mpmath
 import numpy as np
 import pytest
 
-from accounting.bounds import generalized_rr as rr
+from dpstream.accounting.bounds import generalized_rr as rr
 
 
 def mp_probs(eps, t):

@@ -15,10 +15,10 @@ import uuid
 import pytest
 import sqlalchemy as sa
 
-from accounting.events import ApproxDP, Gaussian, PureDP, SelfComposed
-from accounting.filters import FSRCFilter, PureDPFilter
-from accounting.filters.fsrc import basel_delta
-from accounting.ledger import Ledger, LedgerError
+from dpstream.accounting.events import ApproxDP, Gaussian, PureDP, SelfComposed
+from dpstream.accounting.filters import FSRCFilter, PureDPFilter
+from dpstream.accounting.filters.fsrc import basel_delta
+from dpstream.accounting.ledger import Ledger, LedgerError
 from tests.accounting.ledger_race import kill_inside_debit, race
 
 PG_HOST, PG_PORT, PG_DATABASE = "127.0.0.1", 5432, "test"

@@ -13,9 +13,9 @@ from fractions import Fraction
 import pytest
 import sqlalchemy as sa
 
-from accounting.events import Gaussian, PureDP, SelfComposed
-from accounting.filters import PureDPFilter
-from accounting.ledger import MAX_PERIODS_PER_SPEND, Ledger, LedgerError, Periods
+from dpstream.accounting.events import Gaussian, PureDP, SelfComposed
+from dpstream.accounting.filters import PureDPFilter
+from dpstream.accounting.ledger import MAX_PERIODS_PER_SPEND, Ledger, LedgerError, Periods
 from tests.accounting.ledger_race import kill_inside_debit, race
 from tests.accounting.test_ledger import (  # noqa: F401  (fixtures)
     _scope_name,
@@ -156,7 +156,7 @@ def test_a_period_scope_is_not_debited_as_a_plain_one_by_older_code(ledger_url):
         ledger.init_scope(scope, 1.0, 0.0, unit_period=DAY)
         with ledger.engine.connect() as conn:
             state = conn.execute(sa.select(ledger.scopes.c.filter_state).where(ledger.scopes.c.name == scope)).scalar_one()
-    from accounting.filters import PrivacyFilter
+    from dpstream.accounting.filters import PrivacyFilter
 
     with pytest.raises(ValueError, match="unknown filter 'period-scope'"):
         PrivacyFilter.from_dict(__import__("json").loads(state))

@@ -8,9 +8,9 @@ import pytest
 from scipy import integrate
 from scipy.stats import binom
 
-from accounting import Accountant
-from accounting.bounds.gaussian import gdp_delta, gdp_epsilon, gdp_log_delta
-from accounting.bounds.pld import (
+from dpstream.accounting import Accountant
+from dpstream.accounting.bounds.gaussian import gdp_delta, gdp_epsilon, gdp_log_delta
+from dpstream.accounting.bounds.pld import (
     ComposedCurve,
     Lattice,
     PLDBound,
@@ -21,9 +21,9 @@ from accounting.bounds.pld import (
     gdp_delta_array,
     laplace_law,
 )
-from accounting.bounds.registry import default_bounds
-from accounting.composition import Composition
-from accounting.events import ZCDP, ApproxDP, BoundedRange, Composed, Gaussian, Laplace, PureDP, SelfComposed
+from dpstream.accounting.bounds.registry import default_bounds
+from dpstream.accounting.composition import Composition
+from dpstream.accounting.events import ZCDP, ApproxDP, BoundedRange, Composed, Gaussian, Laplace, PureDP, SelfComposed
 
 
 def curve(*events, step=None):

@@ -3,10 +3,10 @@ import math
 
 import pytest
 
-from accounting import Accountant
-from accounting.bounds.pure_dp import KairouzOhViswanath, kov_delta, kov_epsilon
-from accounting.composition import Composition
-from accounting.events import ApproxDP, BoundedRange, Gaussian, Laplace, PureDP
+from dpstream.accounting import Accountant
+from dpstream.accounting.bounds.pure_dp import KairouzOhViswanath, kov_delta, kov_epsilon
+from dpstream.accounting.composition import Composition
+from dpstream.accounting.events import ApproxDP, BoundedRange, Gaussian, Laplace, PureDP
 from tests.accounting.dp_oracles import kov_delta_mp, rr_sign_atoms_mp, rr_sign_enumeration_mp, smallest_epsilon_mp
 
 

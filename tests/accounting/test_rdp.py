@@ -5,8 +5,8 @@ import mpmath
 import numpy as np
 import pytest
 
-from accounting.bounds.gaussian import gdp_epsilon
-from accounting.bounds.rdp import (
+from dpstream.accounting.bounds.gaussian import gdp_epsilon
+from dpstream.accounting.bounds.rdp import (
     RDPComposition,
     bounded_range_rdp,
     bounded_range_worst_t,
@@ -15,11 +15,11 @@ from accounting.bounds.rdp import (
     randomized_response_rdp,
     renyi_curve,
 )
-from accounting.bounds.rdp_conversion import COARSE_GAPS
-from accounting.bounds.zcdp import ZCDPComposition, zcdp_epsilon
-from accounting.composition import Composition
-from accounting.events import ZCDP, ApproxDP, BoundedRange, Composed, Gaussian, Laplace, PureDP, SelfComposed
-from accounting.numerics import expm1_minus_x
+from dpstream.accounting.bounds.rdp_conversion import COARSE_GAPS
+from dpstream.accounting.bounds.zcdp import ZCDPComposition, zcdp_epsilon
+from dpstream.accounting.composition import Composition
+from dpstream.accounting.events import ZCDP, ApproxDP, BoundedRange, Composed, Gaussian, Laplace, PureDP, SelfComposed
+from dpstream.accounting.numerics import expm1_minus_x
 from tests.accounting import renyi_oracles as oracle
 from tests.accounting.composition_checks import PUBLISHED_OPTIMA, assert_finite_round_trip
 
@@ -273,9 +273,9 @@ def test_ten_thousand_heterogeneous_events_stay_finite():
 
 def test_approximate_zcdp_adds_its_delta_and_never_beats_the_exact_part():
     """ZCDP(rho, delta) composes as its curve plus delta: equal to the zero-delta answer shifted by delta."""
-    from accounting.bounds.rdp import RDPComposition
-    from accounting.composition import Composition
-    from accounting.events import ZCDP, Laplace
+    from dpstream.accounting.bounds.rdp import RDPComposition
+    from dpstream.accounting.composition import Composition
+    from dpstream.accounting.events import ZCDP, Laplace
 
     bound = RDPComposition()
     exact_part = Composition.of(ZCDP(0.05), Laplace(10.0))

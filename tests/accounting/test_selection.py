@@ -16,7 +16,7 @@ import mpmath as mp
 import numpy as np
 import pytest
 
-from accounting.selection import (
+from dpstream.accounting.selection import (
     above_threshold_expost_epsilon,
     above_threshold_pdp_epsilon,
     above_threshold_rdp,

@@ -17,11 +17,8 @@ import pytest
 from scipy import integrate, optimize
 from scipy.special import log_ndtr
 
-from accounting.selection import (
-    _log_gaussian_expectation,
-    above_threshold_expost_epsilon,
-    report_noisy_max_epsilon,
-)
+from dpstream.accounting.selection import above_threshold_expost_epsilon, report_noisy_max_epsilon
+from dpstream.accounting.selection.quadrature import log_gaussian_expectation
 
 LOWER, UPPER = 0.0, 1.0
 
@@ -60,7 +57,7 @@ def _at_terms(queries, sx, sz, rho, halted):
 def _at_log_ratio(unit, t, sx, sz, rho, delta, halted):
     q, q_prime = _pairs(unit, t, delta, None)
     both = np.concatenate([q, q_prime])
-    logs = _log_gaussian_expectation(*_at_terms(both, sx, sz, rho, halted))
+    logs = log_gaussian_expectation(*_at_terms(both, sx, sz, rho, halted))
     return logs[: len(q)] - logs[len(q) :]
 
 
@@ -122,7 +119,7 @@ def _rnm_log_ratio(unit, d, sigma, delta):
     q, q_prime = _pairs(unit, d, delta, None)
     both = np.concatenate([q, q_prime])
     c = (both[:, -1:] - both[:, :-1]) / sigma
-    logs = _log_gaussian_expectation(np.ones_like(c), np.ones_like(c), c)
+    logs = log_gaussian_expectation(np.ones_like(c), np.ones_like(c), c)
     return logs[: len(q)] - logs[len(q) :]
 
 

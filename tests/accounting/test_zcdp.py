@@ -4,17 +4,17 @@ import math
 import numpy as np
 import pytest
 
-from accounting import Accountant
-from accounting.bounds.gaussian import gdp_epsilon
-from accounting.bounds.zcdp import (
+from dpstream.accounting import Accountant
+from dpstream.accounting.bounds.gaussian import gdp_epsilon
+from dpstream.accounting.bounds.zcdp import (
     ZCDPComposition,
     composed_zcdp,
     zcdp_delta,
     zcdp_epsilon,
     zcdp_epsilon_classic,
 )
-from accounting.composition import Composition
-from accounting.events import ZCDP, ApproxDP, BoundedRange, Composed, Gaussian, Laplace, PureDP, SelfComposed
+from dpstream.accounting.composition import Composition
+from dpstream.accounting.events import ZCDP, ApproxDP, BoundedRange, Composed, Gaussian, Laplace, PureDP, SelfComposed
 from tests.accounting import renyi_oracles as oracle
 from tests.accounting.composition_checks import PUBLISHED_OPTIMA, assert_finite_round_trip
 

@@ -3,9 +3,9 @@ import json
 
 import pytest
 
-from connectors.errors import InputError
-from connectors.pubsub import PubSubSource, messages_to_events
-from pipelines import jobfile
+from dpstream.connectors.errors import InputError
+from dpstream.connectors.pubsub import PubSubSource, messages_to_events
+from dpstream.pipelines.config import jobfile
 
 SUBSCRIPTION = "projects/p/subscriptions/events"
 

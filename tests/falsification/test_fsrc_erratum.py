@@ -25,8 +25,8 @@ import mpmath
 import numpy as np
 import pytest
 
-from accounting.filters import FSRCFilter
-from accounting.filters.fsrc import basel_delta
+from dpstream.accounting.filters import FSRCFilter
+from dpstream.accounting.filters.fsrc import basel_delta
 
 B = 50.0  # ex-post loss of "bad"; above every epsilon below, so the filter halts after a "bad"
 

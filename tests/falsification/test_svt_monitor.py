@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipelines.monitor import SparseVectorMonitor, _expost_epsilon
-from pipelines.noise import SecureRandom
+from dpstream.pipelines.mechanisms.monitor import SparseVectorMonitor, _expost_epsilon
+from dpstream.pipelines.mechanisms.noise import SecureRandom
 from tests.falsification.harness import audit_outcome
 
 ALPHA = 1e-3

@@ -11,8 +11,8 @@ import signal
 import subprocess
 import sys
 
-from accounting.ledger import Ledger
-from pipelines import cli
+from dpstream.accounting.ledger import Ledger
+from dpstream.pipelines.cli import main as cli
 from tests.pipelines.test_runner import JOB, _events
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -28,8 +28,9 @@ from datetime import datetime, timezone
 
 import pytest
 
-from accounting.ledger import Ledger
-from pipelines import jobfile, runner
+from dpstream.accounting.ledger import Ledger
+from dpstream.pipelines.config import jobfile
+from dpstream.pipelines.run import runner
 from tests.integration.services import free_port, require, start, stop, wait_for_port
 
 PROJECT = "dpstream-test"

@@ -8,9 +8,10 @@ import pyarrow as pa
 import pytest
 from scipy import stats
 
-from pipelines.aggregation import SumSeriesFn
-from pipelines.spec import MICROS, ContributionBounds, WindowSpec
-from pipelines.windowing import window_indices
+from dpstream.pipelines.transforms.aggregation import SumSeriesFn
+from dpstream.connectors.schema import MICROS
+from dpstream.pipelines.config.specs import ContributionBounds, WindowSpec
+from dpstream.pipelines.transforms.windowing import window_indices
 from tests.pipelines.helpers import DAY, START, bounded_sums, events, random_events
 
 PARTITIONS = tuple(f"p{i}" for i in range(40))

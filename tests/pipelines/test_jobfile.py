@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from pipelines import jobfile
+from dpstream.pipelines.config import jobfile
 
 EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "flights.toml")
 

@@ -12,10 +12,10 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.test_stream import TestStream
 from apache_beam.testing.util import assert_that, equal_to
 
-from pipelines import jobfile
-from pipelines.graph import private_releases
-from pipelines.planning import plan_job
-from pipelines.spec import ContributionBounds, ReleaseSpec, SpecError, WindowSpec
+from dpstream.pipelines.config import jobfile
+from dpstream.pipelines.transforms.graph import private_releases
+from dpstream.pipelines.planning.job import plan_job
+from dpstream.pipelines.config.specs import ContributionBounds, ReleaseSpec, SpecError, WindowSpec
 from tests.pipelines.helpers import DAY, START, events
 
 HOUR = 3600

@@ -7,6 +7,7 @@ by value, a run holding a continued monitor B and a new monitor A with B's param
 """
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
 
@@ -14,14 +15,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from accounting.accountant import Accountant
-from accounting.events import ApproxDP, Composed, SelfComposed
-from accounting.filters.fsrc import basel_delta
-from accounting.ledger import Ledger
-from pipelines import jobfile, runner
-from pipelines.cli import main
-from pipelines.planning import SvtPlan, plan_job
-from pipelines.spec import ContributionBounds, ReleaseSpec, WindowSpec
+from dpstream.accounting.accountant import Accountant
+from dpstream.accounting.events import ApproxDP, Composed, SelfComposed
+from dpstream.accounting.filters.fsrc import basel_delta
+from dpstream.accounting.ledger import Ledger
+from dpstream.pipelines.config import jobfile
+from dpstream.pipelines.run import runner
+from dpstream.pipelines.cli.main import main
+from dpstream.pipelines.planning.job import SvtPlan, plan_job
+from dpstream.pipelines.config.specs import ContributionBounds, ReleaseSpec, WindowSpec
 from tests.pipelines.helpers import DAY, START
 
 JOB = """

@@ -8,16 +8,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from accounting.accountant import Accountant
-from accounting.events import ZCDP, Gaussian, GaussianThreshold, Laplace, PureDP, SelfComposed
-from pipelines import mechanisms
-from pipelines.fixedpoint import to_units
-from pipelines.histogram import _HistogramMechanism, histogram_release
-from pipelines.noise import SecureRandom, granularity
-from pipelines.peak import peak_release
-from pipelines.planning import SELECTION_DELTA_SHARE, PlanningError, grid_noise, normalised_sensitivity, plan_job
-from pipelines.spec import ContributionBounds, ReleaseSpec, SpecError, WindowSpec
-from pipelines.topk import topk_release
+from dpstream.accounting.accountant import Accountant
+from dpstream.accounting.events import ZCDP, Gaussian, GaussianThreshold, Laplace, PureDP, SelfComposed
+from dpstream.pipelines import mechanisms
+from dpstream.pipelines.mechanisms.fixedpoint import to_units
+from dpstream.pipelines.transforms.histogram import _HistogramMechanism, histogram_release
+from dpstream.pipelines.mechanisms.noise import SecureRandom, granularity
+from dpstream.pipelines.transforms.peak import peak_release
+from dpstream.pipelines.planning.job import SELECTION_DELTA_SHARE, PlanningError, grid_noise, normalised_sensitivity, plan_job
+from dpstream.pipelines.config.specs import ContributionBounds, ReleaseSpec, SpecError, WindowSpec
+from dpstream.pipelines.transforms.topk import topk_release
 from tests.pipelines.helpers import DAY, START
 
 LETTERS = tuple("ABCDEFGHIJ")

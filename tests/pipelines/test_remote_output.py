@@ -3,9 +3,10 @@ URL (a test filesystem with its own scheme, as gs:// is on Dataflow) gives the s
 Also: the streaming completion bookkeeping (window files, merge) and what max_seconds accepts."""
 import pytest
 
-from accounting.ledger import Ledger
-from pipelines import jobfile, runner, streaming
-from pipelines.planning import plan_job
+from dpstream.accounting.ledger import Ledger
+from dpstream.pipelines.config import jobfile
+from dpstream.pipelines.run import runner, streaming
+from dpstream.pipelines.planning.job import plan_job
 from tests.connectors.url_filesystem import SCHEME, url_root  # noqa: F401 (url_root is a fixture)
 from tests.pipelines.test_runner import JOB, _events
 

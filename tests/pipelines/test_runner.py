@@ -4,9 +4,10 @@ import json
 
 import pytest
 
-from accounting.ledger import Ledger
-from connectors import beam_io, readers
-from pipelines import jobfile, runner
+from dpstream.accounting.ledger import Ledger
+from dpstream.connectors import beam_io, readers
+from dpstream.pipelines.config import jobfile
+from dpstream.pipelines.run import runner
 
 JOB = """
 [input]

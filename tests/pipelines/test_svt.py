@@ -13,11 +13,11 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.test_stream import TestStream
 from apache_beam.testing.util import assert_that, equal_to
 
-from pipelines import jobfile
-from pipelines.graph import release_graph
-from pipelines.planning import PlanningError, plan_job
-from pipelines.spec import ContributionBounds, ReleaseSpec, SpecError, WindowSpec
-from pipelines.svt import HALTED_NOTE, MonitorRun, window_query
+from dpstream.pipelines.config import jobfile
+from dpstream.pipelines.transforms.graph import release_graph
+from dpstream.pipelines.planning.job import PlanningError, plan_job
+from dpstream.pipelines.config.specs import ContributionBounds, ReleaseSpec, SpecError, WindowSpec
+from dpstream.pipelines.transforms.svt import HALTED_NOTE, MonitorRun, window_query
 from tests.pipelines.helpers import DAY, START, events
 
 DAYS = 8

@@ -5,10 +5,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from accounting.accountant import Accountant
-from pipelines import jobfile
-from pipelines.planning import PlanningError, plan_job, unit_runs
-from pipelines.spec import ContributionBounds, ReleaseSpec, WindowSpec
+from dpstream.accounting.accountant import Accountant
+from dpstream.pipelines.config import jobfile
+from dpstream.pipelines.planning.job import PlanningError, plan_job, unit_runs
+from dpstream.pipelines.config.specs import ContributionBounds, ReleaseSpec, WindowSpec
 from tests.pipelines.helpers import DAY, START, bounded_sums, events, random_events
 
 LETTERS = tuple("ABCDEF")
@@ -158,7 +158,7 @@ def _period_job(tmp_path, start="2013-01-01", end="2013-01-04", size="1d", unit=
 
 
 def _scope(tmp_path, unit_period=DAY):
-    from accounting.ledger import Ledger
+    from dpstream.accounting.ledger import Ledger
 
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
     with Ledger(url, create=True) as ledger:
@@ -167,7 +167,7 @@ def _scope(tmp_path, unit_period=DAY):
 
 
 def _history(url):
-    from accounting.ledger import Ledger
+    from dpstream.accounting.ledger import Ledger
 
     with Ledger(url) as ledger:
         return ledger.history("daily"), ledger.show("daily")
@@ -180,8 +180,8 @@ def _history(url):
     ("2013-01-02T00:00:00+00:00", "2013-01-02T01:00:00+00:00", "1h", 1, 1),
 ])
 def test_a_job_is_charged_to_every_period_its_windows_overlap(tmp_path, start, end, size, first_day, days):
-    from accounting.ledger import Periods
-    from pipelines import runner
+    from dpstream.accounting.ledger import Periods
+    from dpstream.pipelines.run import runner
 
     job = _period_job(tmp_path, start=start, end=end, size=size)
     periods, note = runner.scope_periods(job, runner.plan(job), {"unit_period": DAY})
@@ -206,7 +206,7 @@ def test_a_job_is_charged_to_every_period_its_windows_overlap(tmp_path, start, e
      r"budget per 1d period, which svt releases \(alerts\) cannot use: a monitor's sealed state runs on across runs"),
 ])
 def test_period_scope_mismatches_stop_the_run_before_any_debit(tmp_path, kwargs, scope_period, message):
-    from pipelines import runner
+    from dpstream.pipelines.run import runner
 
     job = _period_job(tmp_path, **kwargs)
     url = _scope(tmp_path, scope_period)
@@ -221,7 +221,7 @@ def test_period_scope_mismatches_stop_the_run_before_any_debit(tmp_path, kwargs,
 def test_period_runs_renew_the_budget_and_a_rerun_is_refused(tmp_path):
     """Runner level: days 1-3 then 4-6 are both admitted on a period scope (one run per day fits), days 3-5 are
     refused with nothing debited; the report says which periods were charged."""
-    from pipelines import runner
+    from dpstream.pipelines.run import runner
 
     url = _scope(tmp_path)
     logs = []
@@ -242,8 +242,8 @@ def test_period_runs_renew_the_budget_and_a_rerun_is_refused(tmp_path):
 
 
 def test_a_unit_period_job_on_a_plain_scope_debits_it_and_says_so(tmp_path):
-    from accounting.ledger import Ledger
-    from pipelines import runner
+    from dpstream.accounting.ledger import Ledger
+    from dpstream.pipelines.run import runner
 
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
     with Ledger(url, create=True) as ledger:

@@ -1,0 +1,96 @@
+"""What the ledger returns: spend results, release records and public views of scopes and monitors."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+from dpstream.accounting.events import Event
+from dpstream.accounting.filters import PrivacyFilter
+from dpstream.accounting.ledger.periods import Periods
+
+PERIOD_SCOPE = "period-scope"  # the `filter` tag of a period scope's filter_state JSON
+
+
+def scope_config(row: sa.Row) -> tuple[int | None, dict[str, Any]]:
+    """(period length in seconds or None for a plain scope, the filter dict: state, or a period's fresh template)."""
+    data = json.loads(row.filter_state)
+    if data.get("filter") == PERIOD_SCOPE:
+        return int(data["period_s"]), data["template"]
+    return None, data
+
+
+def largest_spent(states: list[PrivacyFilter]) -> dict[str, float]:
+    """Per state figure, the most spent over `states`: max_spent_* (largest), min_remaining_* (smallest)."""
+    out: dict[str, float] = {}
+    for budget_filter in states:
+        public = budget_filter.public_dict()
+        for name in budget_filter.to_dict()["state"]:
+            value = public.get(name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
+                continue
+            if name.startswith("remaining"):
+                key = f"min_{name}"
+                out[key] = min(out.get(key, value), value)
+            else:
+                key = f"max_{name}"
+                out[key] = max(out.get(key, value), value)
+    return out
+
+
+@dataclass(frozen=True)
+class SpendResult:
+    """Whether a release was admitted, and the one line that says so."""
+
+    admitted: bool
+    scope: str
+    label: str
+    release_id: int | None
+    message: str
+
+
+@dataclass(frozen=True)
+class ReleaseRecord:
+    """One admitted release: its label, UTC time, events and the scope's public filter state after it.
+
+    On a period scope, `periods` are the periods it was charged to (contiguous runs) and
+    `budget_after` the largest figures over those periods after it.
+    """
+
+    release_id: int
+    scope: str
+    label: str
+    time: str
+    event: Event
+    budget_after: dict[str, Any]
+    periods: tuple[Periods, ...] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {
+            "id": self.release_id,
+            "scope": self.scope,
+            "label": self.label,
+            "time": self.time,
+            "events": self.event.to_dict(),
+            "budget_after": self.budget_after,
+        }
+        if self.periods is not None:
+            out["periods"] = [run.to_dict() for run in self.periods]
+        return out
+
+
+def monitor_view(row: sa.Row) -> dict[str, Any]:
+    """A monitor's public view: its budget, halted or not, who holds it, and its filter's public figures.
+
+    Only the filter's `public_dict` is read from the sealed record (FSRC: the instances admitted and the
+    delta they used), never the realised spend.
+    """
+    record = json.loads(row.sealed_state)
+    sealed_filter = record.get("monitor", {}).get("filter")
+    public = {} if sealed_filter is None else PrivacyFilter.from_dict(sealed_filter).public_dict()
+    view = {"name": row.name, "epsilon": row.epsilon, "delta": row.delta, "halted": bool(row.halted),
+            "checked_out": record.get("checked_out")}
+    view.update({key: public[key] for key in ("instances", "delta_used") if key in public})
+    return view

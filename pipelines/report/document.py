@@ -1,0 +1,343 @@
+"""Run reports: report.json (machine-readable), report.md (plain words) and chart.png.
+
+Everything here is built from the objects that ran: the plan's own
+`describe()` text and parameters, the accountant's explanation of the job's
+epsilon, the ledger's answer to the debit, and the release files as written.
+Only released rows are counted; the number of input events is private and is
+never reported.
+"""
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import math
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from dpstream.accounting.events import Event
+from dpstream.accounting.text import duration_text, version
+from dpstream.connectors.writers import join, read_rows, write_bytes
+from dpstream.pipelines.config.jobfile import Job
+from dpstream.pipelines.planning.job import JobPlan
+from dpstream.pipelines.config.specs import ReleaseSpec
+from dpstream.pipelines.transforms.windowing import iso
+
+REPORT_JSON = "report.json"
+REPORT_MD = "report.md"
+CHART_PNG = "chart.png"
+Z_95 = 1.959963984540054  # two-sided 95% normal quantile: error bars are value +- Z_95 * noise stddev
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What a finished run hands to the report: the job, its plan, the debit and the files written."""
+
+    job: Job
+    plan: JobPlan
+    runner: str
+    beam_args: tuple[str, ...]
+    ledger: dict[str, Any]  # the runner's debit record (scope, release id, event, scope state after)
+    files: dict[str, str]
+    started_at: str
+    timings: dict[str, float]
+    pending: dict[str, int] = dataclasses.field(default_factory=dict)  # streaming: windows not released (max_seconds)
+
+
+def write_reports(context: RunContext, output_dir: str, started: float) -> dict[str, Any]:
+    """Write report.json, report.md and chart.png into output_dir; returns the report.json content."""
+    tick = time.perf_counter()
+    tables = {name: read_rows(path) for name, path in context.files.items()}
+    chart = chart_png(context, tables, join(output_dir, CHART_PNG))
+    timings = dict(context.timings)
+    timings["report_s"] = time.perf_counter() - tick
+    timings["total_s"] = time.perf_counter() - started
+    content = report_json(context, tables, chart, output_dir, timings)
+    write_bytes(join(output_dir, REPORT_JSON), (json.dumps(content, indent=2) + "\n").encode("utf-8"))
+    write_bytes(join(output_dir, REPORT_MD), report_markdown(context, content).encode("utf-8"))
+    return content
+
+
+# -- report.json -----------------------------------------------------------------------------------
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Event):
+        return value.to_dict()
+    if isinstance(value, ReleaseSpec):
+        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, (tuple, list)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+def release_parameters(release) -> dict[str, Any]:
+    """A planned release's public parameters: every field of its plan (the spec flattened), plus noise stddev."""
+    fields = {f.name: getattr(release, f.name) for f in dataclasses.fields(release)}
+    spec = fields.pop("spec")
+    out = {"name": spec.name, "kind": spec.kind, "spec": _jsonable(spec)}
+    out.update({name: _jsonable(value) for name, value in fields.items()})
+    if hasattr(release, "noise_stddev"):
+        out["noise_stddev"] = release.noise_stddev
+    return out
+
+
+def report_json(context: RunContext, tables: dict[str, pa.Table], chart: str | None, output_dir: str, timings: dict) -> dict[str, Any]:
+    job, plan, ledger = context.job, context.plan, context.ledger
+    bounds = job.privacy.bounds
+    explanation = plan.calibrated.explanation
+    return {
+        "dpstream_version": version(),
+        "job": {"name": job.name, "file": job.source, "started_at": context.started_at},
+        "runner": {"name": context.runner, "beam_args": list(context.beam_args), "seed": job.beam.seed},
+        "input": {
+            "format": job.input.format,
+            "path": job.input.path,
+            "columns": job.input.columns,
+            "timestamp_format": job.input.timestamp_format,
+            "timezone": job.input.timezone,
+        },
+        "window": {
+            "size_s": job.window.size,
+            "period_s": job.window.period,
+            "start": iso(job.window.start),
+            "end": iso(job.window.end),
+            "count": job.window.count,
+        },
+        "privacy": {
+            "scope": job.privacy.scope,
+            "unit": {"column": job.input.user, "period_s": job.privacy.unit_period},
+            "epsilon": job.privacy.epsilon,
+            "delta": job.privacy.delta,
+            "bounds": {
+                "max_partitions": bounds.max_partitions,
+                "max_contributions": bounds.max_contributions,
+                "min_value": bounds.min_value,
+                "max_value": bounds.max_value,
+                "quantum": bounds.quantum,
+                "quantised_range": list(bounds.quantised_range),
+                "linf": bounds.linf,
+                "l1": bounds.l1,
+                "l2": bounds.l2,
+            },
+        },
+        "plan": {
+            "epsilon": plan.epsilon,
+            "delta": plan.delta,
+            "accountant": explanation.to_dict(),
+            "releases": [release_parameters(r) for r in plan.releases],
+        },
+        "budget": {
+            "ledger": ledger["ledger"],
+            "scope": ledger["scope"],
+            "release_id": ledger["release_id"],
+            "label": ledger["label"],
+            "debited": ledger["event"].to_dict(),
+            "periods": None if ledger.get("periods") is None else ledger["periods"].to_dict(),
+            "note": ledger.get("note"),
+            "scope_after": _jsonable(ledger["scope_after"]),
+        },
+        "releases": {
+            name: {"file": os.path.relpath(path, output_dir), "rows": tables[name].num_rows, "columns": tables[name].column_names}
+            for name, path in context.files.items()
+        },
+        "chart": chart and os.path.relpath(chart, output_dir),
+        "timings_s": {name: round(value, 3) for name, value in timings.items()},
+        **({"streaming": {"complete": not context.pending, "windows_pending": dict(context.pending)}}
+           if job.input.format == "pubsub" else {}),
+    }
+
+
+
+# -- report.md -------------------------------------------------------------------------------------
+
+
+def _grid_text(bounds) -> str:
+    """How values are put on the value grid, when that can change a value (not for counts of a value on its grid)."""
+    if bounds.counting and bounds.quantised_range == (bounds.min_value, bounds.max_value):
+        return ""
+    low, high = bounds.quantised_range
+    return (f" and rounded to the nearest multiple of {bounds.quantum:.6g}, so that sums are exact (a kept event "
+            f"adds between {low:.12g} and {high:.12g})")
+
+
+def report_markdown(context: RunContext, content: dict[str, Any]) -> str:
+    job, plan = context.job, context.plan
+    bounds = job.privacy.bounds
+    budget = content["budget"]
+    lines = [
+        f"# dpstream run: {job.name}",
+        "",
+        f"Job file `{job.source}`, run on {content['runner']['name']} starting {context.started_at}.",
+        "",
+        "## 1. Privacy unit and contribution bounds",
+        "",
+        _unit_text(job),
+        "",
+        f"Each privacy unit (column `{job.input.user}`) keeps, per window, at most {bounds.max_partitions} "
+        f"partitions (column `{job.input.partition}`) and at most {bounds.max_contributions} events per partition, "
+        f"chosen uniformly at random; values are clipped to [{bounds.min_value:g}, {bounds.max_value:g}]"
+        f"{_grid_text(bounds)}. So one unit moves a window's sums by at most L1 = {bounds.l1:g}, L2 = {bounds.l2:.6g}, Linf = {bounds.linf:g}.",
+        "",
+        f"Windows: {job.window.count} windows of {duration_text(job.window.size)}"
+        + (f" every {duration_text(job.window.period)}" if job.window.period else "")
+        + f" from {content['window']['start']} to {content['window']['end']} (the public range the budget covers).",
+        "",
+        "## 2. Releases",
+        "",
+    ]
+    for number, (name, text) in enumerate(plan.describe().items(), 1):
+        lines.append(f"{number}. {text}")
+    lines += [
+        "",
+        "## 3. Privacy budget",
+        "",
+        f"Before any event was read, scope `{budget['scope']}` in ledger `{budget['ledger']}` was debited once "
+        f"(ledger release id {budget['release_id']}) with the composition of every event above. "
+        + (f"Scope `{budget['scope']}` holds a budget per period, and this debit was charged to each period the "
+           f"job's windows overlap: {_periods_text(budget['periods'])}. " if budget.get("periods") else "")
+        + (f"{budget['note'][0].upper()}{budget['note'][1:]}. " if budget.get("note") else "")
+        + f"The accountant's tightest valid bound for the whole job is epsilon = {plan.epsilon:.6g} at "
+        f"delta = {plan.delta:g} (target epsilon {job.privacy.epsilon:g}):",
+        "",
+        "```",
+        str(plan.calibrated.explanation),
+        "```",
+        "",
+    ]
+    after = budget["scope_after"]
+    if after:
+        state = ", ".join(f"{k} = {v:.6g}" if isinstance(v, float) else f"{k} = {v}" for k, v in after["state"].items())
+        lines += [f"Scope after this run: {after['rule']} State: {state}.", ""]
+    lines += ["## 4. Outputs", "", "| release | rows | file |", "| --- | --- | --- |"]
+    for name, info in content["releases"].items():
+        lines.append(f"| {name} | {info['rows']} | `{info['file']}` |")
+    lines.append("")
+    lines.append("Only the released rows are counted here; the number of input events is private and is not reported.")
+    pending = content.get("streaming", {}).get("windows_pending")
+    if pending:
+        waiting = ", ".join(f"{name}: {count}" for name, count in pending.items())
+        lines += ["", f"The streaming run stopped at its time bound before these windows were released ({waiting}); "
+                      "they are not in the files above."]
+    if content["chart"]:
+        lines += ["", f"![released series]({content['chart']})", "", _chart_caption()]
+    lines += ["", "## 5. Timings", "", "| step | seconds |", "| --- | --- |"]
+    lines += [f"| {name.removesuffix('_s')} | {value:.3f} |" for name, value in content["timings_s"].items()]
+    return "\n".join(lines) + "\n"
+
+
+def _unit_text(job: Job) -> str:
+    """The neighbouring relation in plain words."""
+    column, period = job.input.user, job.privacy.unit_period
+    if period is None:
+        return (f"The privacy unit is one value of `{column}` over the whole range: two inputs are neighbours when "
+                f"they differ in all records of one `{column}`, and the budget below covers all its windows together.")
+    return (f"The privacy unit is one value of `{column}` during one {duration_text(period)} period (periods start at "
+            f"{iso(job.window.start)}): two inputs are neighbours when they differ in all records of one `{column}` "
+            f"within one period, and the budget below holds per period, renewing each period. A `{column}` active in "
+            f"d periods is protected for each period separately; for all its records together it is protected as a "
+            f"group of d units (epsilon up to d times larger, delta larger still).")
+
+
+def _periods_text(periods: dict[str, Any]) -> str:
+    count = periods["count"]
+    return (f"{periods['start']} to {periods['end']} ({count} period{'s' if count != 1 else ''} of "
+            f"{duration_text(periods['period_s'])})")
+
+
+
+def _chart_caption() -> str:
+    return (
+        f"Error bars and bands: released value +- {Z_95:.2f} noise standard deviations (95% of the noise alone); "
+        "contribution bounding can also lower the values."
+    )
+
+
+# -- chart.png -------------------------------------------------------------------------------------
+
+
+def chart_png(context: RunContext, tables: dict[str, pa.Table], path: str) -> str | None:
+    """One panel per release that has a series to show; None when no release has one."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [(r, tables[r.name]) for r in context.plan.releases if tables[r.name].num_rows]
+    drawers = [(r, t, _DRAWERS[r.spec.kind]) for r, t in panels if r.spec.kind in _DRAWERS]
+    if not drawers:
+        return None
+    figure, axes = plt.subplots(len(drawers), 1, figsize=(11, 3.6 * len(drawers)), squeeze=False)
+    for axis, (release, table, draw) in zip(axes[:, 0], drawers):
+        draw(axis, release, table, context)
+    figure.tight_layout()
+    image = io.BytesIO()
+    figure.savefig(image, format="png", dpi=110)
+    plt.close(figure)
+    write_bytes(path, image.getvalue())
+    return path
+
+
+def _times(table: pa.Table, column: str) -> np.ndarray:
+    """An ISO-string or timestamp column as numpy datetime64 (UTC)."""
+    values = table.column(column)
+    if pa.types.is_timestamp(values.type):
+        return values.cast(pa.timestamp("us")).to_numpy(zero_copy_only=False)
+    return np.array([np.datetime64(v.replace("+00:00", "")) for v in values.to_pylist()], dtype="datetime64[us]")
+
+
+def _draw_histogram(axis, release, table: pa.Table, context: RunContext) -> None:
+    """The three partitions with the largest released totals, each with 95% noise error bars."""
+    times = _times(table, "window_start")
+    partitions = np.asarray(table.column("partition").to_pylist(), dtype=object)
+    values = table.column("value").to_numpy(zero_copy_only=False).astype(float)
+    names, inverse = np.unique(partitions, return_inverse=True)
+    totals = np.bincount(inverse, weights=values, minlength=names.size)
+    half = Z_95 * release.noise_stddev
+    for index in np.argsort(-totals, kind="stable")[:3]:
+        chosen = inverse == index
+        order = np.argsort(times[chosen])
+        x, y = times[chosen][order], values[chosen][order]
+        line = axis.plot(x, y, linewidth=0.9, alpha=0.85, label=str(names[index]))[0]
+        axis.errorbar(x, y, yerr=half, fmt="o", markersize=3, color=line.get_color(), elinewidth=1.0,
+                      errorevery=max(1, x.size // 24), capsize=3, markevery=max(1, x.size // 24))
+    axis.set_title(f"{release.name}: released value per window, three largest partitions (bars: 95% noise interval)")
+    axis.set_ylabel("noisy value")
+    axis.legend(loc="upper left", ncol=3, fontsize="small")
+    axis.grid(alpha=0.3)
+
+
+def _draw_topk(axis, release, table: pa.Table, context: RunContext) -> None:
+    """How many windows each partition was released in the top k."""
+    partitions = np.asarray(table.column("partition").to_pylist(), dtype=object)
+    names, counts = np.unique(partitions, return_counts=True)
+    order = np.argsort(-counts, kind="stable")[:20]
+    axis.bar([str(n) for n in names[order]], counts[order], color="tab:blue")
+    windows = len(set(table.column("window_start").to_pylist()))
+    axis.set_title(f"{release.name}: windows (of {windows}) in which each partition was in the released top {release.spec.k}")
+    axis.set_ylabel("windows")
+    axis.tick_params(axis="x", labelrotation=60, labelsize="small")
+    axis.grid(alpha=0.3, axis="y")
+
+
+def _draw_peak(axis, release, table: pa.Table, context: RunContext) -> None:
+    """The window chosen in each period, as a timeline."""
+    periods = _times(table, "period_start")
+    chosen = _times(table, "window_start")
+    offset_days = (chosen - periods) / np.timedelta64(1, "D")
+    axis.stem(periods, offset_days + 1, basefmt=" ")
+    axis.set_title(f"{release.name}: window released as the peak of each period (day within the period)")
+    axis.set_ylabel("day of period")
+    axis.grid(alpha=0.3)
+
+
+_DRAWERS = {"histogram": _draw_histogram, "topk": _draw_topk, "peak": _draw_peak}

@@ -1,0 +1,184 @@
+"""Streaming jobs: each window's rows written when it is released, and the rule that ends a run.
+
+A streaming job (Pub/Sub input) has a public window range [start, end) like
+every job. A release emits its rows of window i once, when the watermark
+passes the window's release time (`windowing.release_micros`); a peak release
+emits a period's row at the period's last nominal window. `WriteWindowParts`
+writes those rows at once, one JSON-lines file per emission,
+OUTPUT/windows/NAME/window-IIIIII.jsonl (I: the emission's window index), through
+Beam's FileSystems, so a reader sees each window as soon as it is released.
+A marker element per expected emission makes an empty window write an empty
+file, so every emission leaves a file whatever the data.
+
+Completion rule (`run_until_released`): the run is complete when every
+expected emission of every release has its file. The submitting process
+watches the files, not runner metrics (the DirectRunner reports no counter
+updated downstream of a timer while streaming, and other runners report
+metrics late or not at all), and then cancels the pipeline. A `max_seconds`
+bound cancels it earlier: the run is partial and the caller reports which
+windows were released. Either way the parts of each release are then merged
+into one file in the job's output format, the file a batch run writes for
+the same rows (`merge_parts`), and removed.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import time
+from dataclasses import dataclass
+
+import apache_beam as beam
+
+from dpstream.connectors.writers import join, read_bytes, write_bytes, write_rows
+from dpstream.pipelines.planning.job import PeakPlan
+from dpstream.pipelines.config.specs import WindowSpec
+from dpstream.pipelines.transforms.windowing import AttachWindowTimestamp, beam_windows, window_index
+
+_LOG = logging.getLogger(__name__)
+PARTS_DIR = "windows"
+POLL_S = 1.0
+_PART = re.compile(r"window-(\d+)\.jsonl$")
+
+
+def emissions(plan, window: WindowSpec) -> tuple[int, ...]:
+    """The window indices at which a release emits: every window, or a peak period's last nominal window."""
+    if isinstance(plan, PeakPlan):
+        per_period = plan.windows_per_period
+        return tuple(period * per_period + per_period - 1 for period in range(len(plan.period_sizes)))
+    return tuple(range(window.count))
+
+
+def part_path(directory: str, index: int) -> str:
+    return join(directory, f"window-{index:06d}.jsonl")
+
+
+class _AtEmission(beam.DoFn):
+    """A released row -> (emission index, row); the row travels at its window's release time minus 1 us."""
+
+    def __init__(self, window: WindowSpec):
+        self._window = window
+
+    def process(self, row, timestamp=beam.DoFn.TimestampParam):
+        yield window_index(self._window, timestamp), row
+
+
+class _WritePart(beam.DoFn):
+    """(emission index, rows and one None marker) -> the emission's JSON-lines file."""
+
+    def __init__(self, directory: str):
+        self._directory = directory
+
+    def process(self, element):
+        index, items = element
+        rows = [item for item in items if item is not None]
+        write_bytes(part_path(self._directory, index), "".join(json.dumps(row) + "\n" for row in rows).encode("utf-8"))
+
+
+class WriteWindowParts(beam.PTransform):
+    """Rows of one release -> one file per emission, written when the emission's window is released.
+
+    `indices`: the release's expected emissions (`emissions`); `directory`: where
+    its files go (a local path or a URL).
+    """
+
+    def __init__(self, window: WindowSpec, indices: tuple[int, ...], directory: str) -> None:
+        super().__init__()
+        self._window = window
+        self._indices = indices
+        self._directory = directory
+
+    def display_data(self) -> dict:
+        return {"directory": self._directory, "emissions": len(self._indices)}
+
+    def expand(self, rows):
+        markers = (
+            rows.pipeline
+            | "Emissions" >> beam.Create([(index, None) for index in self._indices])
+            | "Timestamp emissions" >> beam.ParDo(AttachWindowTimestamp(self._window))
+        )
+        keyed = rows | "Key by emission" >> beam.ParDo(_AtEmission(self._window))
+        return (
+            (keyed | "Window rows" >> beam.WindowInto(beam_windows(self._window)),
+             markers | "Window markers" >> beam.WindowInto(beam_windows(self._window)))
+            | "With markers" >> beam.Flatten()
+            | "Group per emission" >> beam.GroupByKey()
+            | "Write part" >> beam.ParDo(_WritePart(self._directory))
+        )
+
+
+def released(directory: str) -> set[int]:
+    """Emission indices whose files exist in `directory` (a part appears only once completely written)."""
+    from apache_beam.io.filesystems import FileSystems
+
+    found = FileSystems.match([join(directory, "window-*.jsonl")])[0].metadata_list
+    return {int(match.group(1)) for item in found if (match := _PART.search(item.path))}
+
+
+def merge_parts(directory: str, indices: set[int], path: str, fmt: str) -> int:
+    """Write the rows of the given parts to one release file (sorted, as a batch run writes it); returns the rows."""
+    rows = []
+    for index in sorted(indices):
+        text = read_bytes(part_path(directory, index)).decode("utf-8")
+        rows.extend(json.loads(line) for line in text.splitlines() if line)
+    return write_rows(rows, path, fmt)
+
+
+@dataclass(frozen=True)
+class StreamingOutcome:
+    """What a streaming run released: release name -> emission indices with a file, and the expected ones."""
+
+    released: dict[str, set[int]]
+    expected: dict[str, tuple[int, ...]]
+    seconds: float
+
+    @property
+    def complete(self) -> bool:
+        return all(self.released[name] >= set(indices) for name, indices in self.expected.items())
+
+    def pending(self) -> dict[str, int]:
+        """Release name -> expected emissions without a file (only releases that have some)."""
+        missing = {name: len(set(indices) - self.released[name]) for name, indices in self.expected.items()}
+        return {name: count for name, count in missing.items() if count}
+
+
+def run_until_released(pipeline: beam.Pipeline, directories: dict[str, str], expected: dict[str, tuple[int, ...]],
+                       max_seconds: float | None) -> StreamingOutcome:
+    """Run a streaming pipeline until every expected emission has its file, or `max_seconds` passed; then cancel it.
+
+    A pipeline error (a bad message) is raised as the runner raised it. The
+    runner's own wait runs in a daemon thread, because not every runner's
+    `wait_until_finish` takes a timeout; after a cancel the DirectRunner's
+    never returns, and the thread ends with the process.
+    """
+    started = time.monotonic()
+    result = pipeline.run()
+    ended, failure = threading.Event(), []
+
+    def wait() -> None:
+        try:
+            result.wait_until_finish()
+        except BaseException as err:  # handed to the submitting thread, which raises it
+            failure.append(err)
+        finally:
+            ended.set()
+
+    threading.Thread(target=wait, name="dpstream-pipeline", daemon=True).start()
+    while True:
+        finished = ended.is_set()  # read before the files, so a finished pipeline's last files are seen
+        seen = {name: released(directory) for name, directory in directories.items()}
+        outcome = StreamingOutcome(seen, expected, time.monotonic() - started)
+        if outcome.complete or finished:
+            break
+        if max_seconds is not None and outcome.seconds >= max_seconds:
+            break
+        ended.wait(POLL_S)
+    if failure:
+        raise failure[0]
+    if not ended.is_set():
+        _LOG.info("streaming run: %s after %.1fs; cancelling the pipeline",
+                  "every window released" if outcome.complete else "max_seconds reached", outcome.seconds)
+        result.cancel()
+        _LOG.info("streaming run: pipeline cancelled after %.1fs", time.monotonic() - started)
+    return outcome

@@ -1,0 +1,110 @@
+"""Per-window aggregation: one per-partition sum vector per window of the public range, empty windows included.
+
+Every window index in [0, WindowSpec.count) gets an element, even when no
+record fell into it: the set of windows released is public and must not
+depend on the data (a window that appears only when someone was active would
+reveal that someone was). Sums of the user shards of a window are added here,
+exactly: int64 units of the value grid (`fixedpoint.group_sums`), so the
+result does not depend on how users were sharded or in which order shards merge.
+"""
+from __future__ import annotations
+
+import apache_beam as beam
+import pandas as pd
+
+from dpstream.pipelines.transforms.bounding import BoundContributions
+from dpstream.pipelines.mechanisms.fixedpoint import group_sums
+from dpstream.pipelines.config.specs import ContributionBounds, WindowSpec
+from dpstream.pipelines.transforms.windowing import AttachWindowTimestamp, beam_windows
+
+
+def empty_sums() -> pd.Series:
+    return pd.Series([], dtype="int64", index=pd.Index([], dtype=object))
+
+
+def empty_sums_and_units() -> pd.DataFrame:
+    return pd.DataFrame({"sum": [], "units": []}, dtype="int64", index=pd.Index([], dtype=object))
+
+
+class SumSeriesFn(beam.CombineFn):
+    """Adds per-partition int64 sum vectors (pandas Series or DataFrames indexed by partition); missing partitions count 0.
+
+    Exact (`fixedpoint.group_sums`: int64, `SumOverflowError` rather than a wrap).
+    Stateless; the accumulator is a list of parts, compacted on merge; `empty` makes the sum of no parts.
+    """
+
+    def __init__(self, empty=empty_sums):
+        self._empty = empty
+
+    def create_accumulator(self):
+        return []
+
+    def add_input(self, accumulator, element):
+        return [*accumulator, element]
+
+    def merge_accumulators(self, accumulators):
+        parts = [series for accumulator in accumulators for series in accumulator]
+        return [self.extract_output(parts)]
+
+    def extract_output(self, accumulator):
+        parts = [series for series in accumulator if len(series)]
+        if not parts:
+            return self._empty()
+        if len(parts) == 1:
+            return parts[0].sort_index()
+        return group_sums(pd.concat(parts))
+
+
+class PerWindowSums(beam.PTransform):
+    """(window index, partial sums) -> (window index, sums) for every window of the public range, in its Beam window."""
+
+    def __init__(self, window: WindowSpec, empty=empty_sums):
+        super().__init__()
+        self._window = window
+        self._empty = empty
+
+    def expand(self, partials):
+        every_window = (
+            partials.pipeline
+            | "Public windows" >> beam.Create([(index, self._empty()) for index in range(self._window.count)])
+            | "Timestamp public windows" >> beam.ParDo(AttachWindowTimestamp(self._window))
+            | "Window public windows" >> beam.WindowInto(beam_windows(self._window))
+        )
+        return (
+            (partials, every_window)
+            | "With empty windows" >> beam.Flatten()
+            | "Sum per window" >> beam.CombinePerKey(SumSeriesFn(self._empty))
+        )
+
+
+class WindowedRelease(beam.PTransform):
+    """Base of the release transforms: record batches -> one release's output, window by window.
+
+    Holds what every release needs and nothing else: its plan, the job's
+    contribution bounds and windows, the test-mode seed (None in production)
+    and how many user shards bounding spreads over. Every release starts from
+    `_window_sums`.
+    """
+
+    def __init__(self, plan, bounds: ContributionBounds, window: WindowSpec, seed: int | None = None, shards: int = 1):
+        super().__init__()
+        self._plan = plan
+        self._bounds = bounds
+        self._window = window
+        self._seed = seed
+        self._shards = shards
+
+    def _window_sums(self, batches, partitions: tuple[str, ...] | None, bounds: ContributionBounds | None = None,
+                     units: bool = False):
+        """Record batches -> (window index, bounded per-partition sums) for every window of the public range.
+
+        Contributions are bounded by `bounds` (default: the job's) to
+        `partitions` (None: every partition seen), then summed per window;
+        with `units`, a DataFrame of sums and numbers of users (`BoundContributions`).
+        """
+        return (
+            batches
+            | "Bound contributions" >> BoundContributions(self._bounds if bounds is None else bounds, self._window,
+                                                          partitions, self._seed, self._shards, units)
+            | "Sum per window" >> PerWindowSums(self._window, empty_sums_and_units if units else empty_sums)
+        )

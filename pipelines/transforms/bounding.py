@@ -1,0 +1,269 @@
+"""Contribution bounding per privacy unit and window, vectorised over Arrow record batches.
+
+`BoundContributions` turns `EVENT_SCHEMA` record batches into, per window,
+the per-partition sums in which every user counts at most `max_partitions`
+partitions and at most `max_contributions` records per partition, each value
+clipped to [min_value, max_value] (DESIGN.md section 1). Steps:
+
+1. Pre-aggregate each record batch (numpy, no Python per row): assign window
+   indices, clip values and put them on the value grid (integer units of the
+   public power-of-two `ContributionBounds.quantum`, `pipelines.mechanisms.fixedpoint`),
+   and reduce each (window, user, partition) group to at most
+   `max_contributions` records: the records with the smallest random keys
+   (a uniform sample without replacement; keys from the CSPRNG, or in test mode
+   a keyed hash of the record). Counting jobs (min_value = max_value) need no
+   sample: every record is worth the same, so a group reduces to its size.
+2. Group the pieces of a window (and user shard) by key; merging bottom-m
+   samples by smallest key again gives a uniform m-sample of the whole group.
+3. Per user, keep `max_partitions` of their partitions, chosen uniformly
+   (smallest random key per (user, window, partition)), then sum per partition.
+
+Proof: docs/proofs/bounding.BoundContributions.md.
+With `units`, step 3 also counts, per partition, the users it kept (each
+user adds 1 to at most `max_partitions` of these counts).
+
+Privacy: after step 3 one user changes at most `max_partitions` partition sums
+of a window, each by at most max_contributions * max(|k_min|, |k_max|) units
+of the quantum (`ContributionBounds.linf`, from the quantised bounds), whatever
+the other users do; so L1 and L2 sensitivities are those of
+`ContributionBounds`, exactly: the sums are exact. Which records are kept
+depends only on random keys, never on record order ("first n").
+Caller must ensure: batches follow EVENT_SCHEMA; seeded mode only in tests.
+Numerics: exact. Every sum is an int64 sum of value units (`fixedpoint.group_sums`:
+independent of order, batching and sharding; `SumOverflowError` instead of a wrap
+beyond 2**62 units, at least 2**32 records at the largest |value| per partition
+and window). Clipping and rint are monotone, so a kept record's units lie in
+[k_min, k_max].
+Runtime: O(n log n) per batch and per window group (sorts), no per-row Python.
+"""
+from __future__ import annotations
+
+import hashlib
+
+import apache_beam as beam
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from dpstream.pipelines.mechanisms.fixedpoint import group_sums, to_units
+from dpstream.pipelines.mechanisms.noise import SecureRandom
+from dpstream.connectors.schema import EVENT_SCHEMA
+from dpstream.pipelines.config.specs import ContributionBounds, WindowSpec
+from dpstream.pipelines.transforms.windowing import beam_windows, window_indices, window_timestamp
+
+_MIX = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _splitmix(x: np.ndarray) -> np.ndarray:
+    """The SplitMix64 finaliser: a bijection of uint64 that spreads every input bit."""
+    x = x ^ (x >> np.uint64(30))
+    x = x * np.uint64(0xBF58476D1CE4E5B9)
+    x = x ^ (x >> np.uint64(27))
+    x = x * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def _combine(*parts: np.ndarray) -> np.ndarray:
+    state = np.zeros(np.broadcast_shapes(*(np.shape(p) for p in parts)), dtype=np.uint64)
+    for part in parts:
+        state = _splitmix((state + _MIX) ^ np.asarray(part).astype(np.uint64, copy=False))
+    return state
+
+
+class _Keys:
+    """Random sampling keys: CSPRNG words, or in test mode keyed hashes of what identifies the item.
+
+    In test mode equal inputs give equal keys whatever the batching or order,
+    so batch and streaming runs keep the same records.
+    """
+
+    def __init__(self, seed: int | None, purpose: str):
+        self._seed = seed
+        self._purpose = purpose
+        self._rng: SecureRandom | None = None
+        if seed is not None:
+            digest = hashlib.sha256(f"{seed}\x00{purpose}".encode()).digest()
+            self._hash_key = digest[:16].hex()[:16]
+            self._salt = np.uint64(int.from_bytes(digest[16:24], "little"))
+
+    def strings(self, values: np.ndarray) -> np.ndarray:
+        """Keyed 64-bit hashes of strings (test mode only)."""
+        return pd.util.hash_array(np.asarray(values, dtype=object), hash_key=self._hash_key, categorize=False)
+
+    def draw(self, size: int, identity) -> np.ndarray:
+        """`size` keys; `identity()` returns the arrays that identify the items (called in test mode only)."""
+        if self._seed is None:
+            if self._rng is None:
+                self._rng = SecureRandom()
+            return self._rng.words(size)
+        return _combine(self._salt, *identity())
+
+
+def _group_ranks(groups: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(order, rank): rows sorted by (group, key) and each sorted row's rank within its group."""
+    order = np.lexsort((keys, groups))
+    sorted_groups = groups[order]
+    starts = np.flatnonzero(np.r_[True, sorted_groups[1:] != sorted_groups[:-1]])
+    lengths = np.diff(np.r_[starts, sorted_groups.size])
+    rank = np.arange(sorted_groups.size) - np.repeat(starts, lengths)
+    return order, rank
+
+
+def _dictionary(column: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct strings, int64 code per row) of a string column, without a Python object per row."""
+    encoded = column.dictionary_encode()
+    return encoded.dictionary.to_numpy(zero_copy_only=False), encoded.indices.to_numpy().astype(np.int64)
+
+
+class _PreAggregate(beam.DoFn):
+    """One record batch -> ((window index, shard), frame) pieces, at most max_contributions records per group.
+
+    A frame has columns user, partition and n (counting jobs: records in the group) or key and value (the
+    record's sampling key and its clipped value in int64 units of the quantum).
+    """
+
+    def __init__(self, bounds: ContributionBounds, window: WindowSpec, partitions, seed, shards: int):
+        self._bounds = bounds
+        self._window = window
+        self._partitions = None if partitions is None else np.asarray(partitions, dtype=object)
+        self._seed = seed
+        self._shards = shards
+        self._counting = bounds.counting
+
+    def setup(self):
+        self._keys = _Keys(self._seed, "records")
+        self._shard_keys = _Keys(0, "shards")
+
+    def process(self, batch: pa.RecordBatch):
+        if batch.schema.names[:4] != EVENT_SCHEMA.names:
+            raise TypeError(f"BoundContributions expects record batches with columns {EVENT_SCHEMA.names}, got {batch.schema.names}")
+        if batch.num_rows == 0:
+            return
+        users, user_codes = _dictionary(batch.column(0))
+        partitions, partition_codes = _dictionary(batch.column(2))
+        timestamps = batch.column(1).to_numpy()
+        rows = np.arange(batch.num_rows)
+        if self._partitions is not None:
+            rows = np.flatnonzero(np.isin(partitions, self._partitions)[partition_codes])
+        positions, windows = window_indices(timestamps[rows], self._window)
+        rows = rows[positions]
+        if rows.size == 0:
+            return
+        user_codes, partition_codes = user_codes[rows], partition_codes[rows]
+        groups = (windows * len(users) + user_codes) * len(partitions) + partition_codes
+        if self._counting:
+            distinct, sizes = np.unique(groups, return_counts=True)
+            columns = {"n": np.minimum(sizes, self._bounds.max_contributions)}
+        else:
+            values = np.clip(batch.column(3).to_numpy()[rows], self._bounds.min_value, self._bounds.max_value)
+            keys = self._keys.draw(rows.size, lambda: (
+                self._keys.strings(users)[user_codes], self._keys.strings(partitions)[partition_codes],
+                timestamps[rows], values.view(np.uint64), windows))
+            order, rank = _group_ranks(groups, keys)
+            kept = order[rank < self._bounds.max_contributions]
+            distinct = groups[kept]
+            columns = {"key": keys[kept], "value": to_units(values[kept], self._bounds.quantum)}
+        partition_of = distinct % len(partitions)
+        user_of = (distinct // len(partitions)) % len(users)
+        window_of = distinct // (len(partitions) * len(users))
+        shard_of = self._shard_keys.strings(users)[user_of] % np.uint64(self._shards)
+        piece = (window_of * self._shards + shard_of.astype(np.int64))
+        order = np.argsort(piece, kind="stable")
+        piece = piece[order]
+        cuts = np.flatnonzero(np.r_[True, piece[1:] != piece[:-1], True])
+        frame = pd.DataFrame({"user": users[user_of[order]], "partition": partitions[partition_of[order]],
+                              **{name: column[order] for name, column in columns.items()}})
+        for begin, end in zip(cuts[:-1], cuts[1:]):
+            index, shard = divmod(int(piece[begin]), self._shards)
+            yield beam.window.TimestampedValue(((index, shard), frame.iloc[begin:end]), window_timestamp(self._window, index))
+
+
+class _BoundWindow(beam.DoFn):
+    """All pieces of one (window, shard) -> (window index, per-partition bounded sums as an int64 pandas Series)."""
+
+    def __init__(self, bounds: ContributionBounds, seed, units: bool = False):
+        self._bounds = bounds
+        self._seed = seed
+        self._units = units
+        self._counting = bounds.counting
+
+    def setup(self):
+        self._keys = _Keys(self._seed, "records")
+        self._partition_keys = _Keys(self._seed, "partitions")
+
+    def process(self, element):
+        (index, _), pieces = element
+        frame = pd.concat(list(pieces), ignore_index=True)
+        user_codes, users = pd.factorize(frame["user"].to_numpy())
+        partition_codes, partitions = pd.factorize(frame["partition"].to_numpy())
+        groups = user_codes.astype(np.int64) * len(partitions) + partition_codes
+        if self._counting:
+            distinct, inverse = np.unique(groups, return_inverse=True)
+            kept = np.minimum(np.bincount(inverse, weights=frame["n"].to_numpy()), self._bounds.max_contributions)
+            sums = kept.astype(np.int64) * self._bounds.value_units[0]
+        else:
+            order, rank = _group_ranks(groups, frame["key"].to_numpy())
+            sample = order[rank < self._bounds.max_contributions]  # still sorted by group
+            sampled = groups[sample]
+            starts = np.flatnonzero(np.r_[True, sampled[1:] != sampled[:-1]])
+            distinct = sampled[starts]
+            # at most max_contributions <= 2**32 records of |units| <= 2**30 per group: no overflow
+            sums = np.add.reduceat(frame["value"].to_numpy()[sample], starts)
+        user_of, partition_of = np.divmod(distinct, len(partitions))
+        keys = self._partition_keys.draw(distinct.size, lambda: (
+            self._partition_keys.strings(np.asarray(users))[user_of],
+            self._partition_keys.strings(np.asarray(partitions))[partition_of], np.int64(index)))
+        order, rank = _group_ranks(user_of, keys)
+        chosen = order[rank < self._bounds.max_partitions]
+        labels = np.asarray(partitions, dtype=object)[partition_of[chosen]]
+        if self._units:
+            totals = pd.DataFrame({"sum": sums[chosen], "units": np.ones(chosen.size, dtype=np.int64)}, index=labels)
+        else:
+            totals = pd.Series(sums[chosen], index=labels)
+        yield index, group_sums(totals)
+
+
+class BoundContributions(beam.PTransform):
+    """Record batches -> (window index, per-partition bounded sums) per window and user shard.
+
+    Each output Series holds, for the partitions that received a kept
+    contribution, the exact sum of the kept clipped values as an int64 number
+    of units of `bounds.quantum` (for counting jobs with an integer value up to
+    2**30 the quantum is at least 1; value 1: the counts themselves); with
+    `units`, a DataFrame with columns "sum" and "units" (how many users those
+    kept contributions came from). Elements are timestamped at
+    their window's end minus 1 us and windowed by `windowing.beam_windows`.
+    `partitions`: keep only these (public) partitions before bounding.
+    `shards`: users are spread over this many groups per window (parallelism);
+    the per-window outputs of the shards are summed by `aggregation.PerWindowSums`.
+    Privacy, proof and runtime: module docstring.
+    """
+
+    def __init__(self, bounds: ContributionBounds, window: WindowSpec, partitions: tuple[str, ...] | None = None,
+                 seed: int | None = None, shards: int = 1, units: bool = False):
+        super().__init__()
+        if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
+            raise ValueError(f"BoundContributions: shards must be a positive integer, got {shards!r}")
+        self._bounds = bounds
+        self._window = window
+        self._partitions = partitions
+        self._seed = seed
+        self._shards = shards
+        self._units = units
+
+    def default_label(self) -> str:
+        return f"BoundContributions(L0={self._bounds.max_partitions}, Linf={self._bounds.max_contributions})"
+
+    def display_data(self):
+        return {"max_partitions": self._bounds.max_partitions, "max_contributions": self._bounds.max_contributions,
+                "min_value": self._bounds.min_value, "max_value": self._bounds.max_value}
+
+    def expand(self, batches):
+        return (
+            batches
+            | "Pre-aggregate batches" >> beam.ParDo(_PreAggregate(self._bounds, self._window, self._partitions,
+                                                                  self._seed, self._shards))
+            | "Window" >> beam.WindowInto(beam_windows(self._window))
+            | "Group per window" >> beam.GroupByKey()
+            | "Bound users" >> beam.ParDo(_BoundWindow(self._bounds, self._seed, self._units))
+        )

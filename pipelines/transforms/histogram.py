@@ -1,0 +1,102 @@
+"""`PrivateHistogram`: per window, a noisy bounded sum per partition.
+
+Known partitions (a public list): every listed partition appears in every
+window, zero or not, with discrete Laplace noise (L1 sensitivity) or discrete
+Gaussian noise (L2 sensitivity); `mechanisms.laplace` / `mechanisms.gaussian`.
+Unknown partitions: only privately selected partitions appear, with their
+noisy sum: Gaussian thresholding (`mechanisms.gaussian_threshold`, the
+default), Gaussian thresholding of the number of distinct users
+(`mechanisms.distinct_threshold`) or Cesar–Rogers Algorithm 2
+(`mechanisms.truncated_gaussian`).
+
+Privacy: per window, the event planned by `planning.plan_job` (Laplace,
+Gaussian, GaussianThreshold or delta-approximate zCDP); the run's event is never above it (the
+planner sized the noise for grid rounding). Windows compose in the plan.
+Proof: the mechanisms' docstrings; sensitivities from `BoundContributions`, whose
+exact int64 sums in units of the bounds' quantum reach the mechanisms as they are
+(with the quantum), so the planned sensitivity is the one the data can produce.
+Caller must ensure: the partition list is public; `seed` only in tests.
+Released values are clamped to the range a bounded sum can take (counts at 0)
+unless the release sets `clamp = false`: post-processing that never moves a
+value further from the truth (`mechanisms.clamp_to_range`).
+Runtime: one vectorised mechanism call per window.
+"""
+from __future__ import annotations
+
+import apache_beam as beam
+
+from dpstream.pipelines import mechanisms
+from dpstream.pipelines.transforms.aggregation import WindowedRelease
+from dpstream.pipelines.planning.job import HistogramPlan
+from dpstream.pipelines.config.specs import WindowSpec
+from dpstream.pipelines.transforms.windowing import release_rng, window_bounds_iso
+
+
+def _select(plan: HistogramPlan, sums, rng, quantum: float) -> mechanisms.Release:
+    if plan.counts_units:
+        return mechanisms.distinct_threshold(
+            sums["units"].to_numpy(), sums["sum"].to_numpy(), plan.noise, plan.extra_noise, rng,
+            unit_value=plan.unit_value, linf=plan.sensitivity, delta=plan.selection_delta, max_partitions=plan.max_partitions,
+            quantum=quantum,
+        )
+    select = getattr(mechanisms, plan.mechanism)
+    return select(sums.to_numpy(), plan.noise, plan.sensitivity, rng,
+                  delta=plan.selection_delta, max_partitions=plan.max_partitions, quantum=quantum)
+
+
+def histogram_release(plan: HistogramPlan, sums, rng, quantum: float) -> tuple[list[str], mechanisms.Release]:
+    """(partitions released, mechanism release) for one window's bounded sums by partition.
+
+    `sums`: a pandas Series of int64 units of `quantum` (`BoundContributions`), or for `plan.counts_units`
+    a DataFrame with columns sum (units of `quantum`) and units (users).
+    """
+    if plan.selects:
+        observed = [str(p) for p in sums.index]
+        release = _select(plan, sums, rng, quantum)
+        kept, _ = release.value
+        return [observed[i] for i in kept], release
+    partitions = list(plan.spec.partitions)
+    values = sums.reindex(partitions, fill_value=0).to_numpy()
+    noise = mechanisms.laplace if plan.mechanism == "laplace" else mechanisms.gaussian
+    release = noise(values, plan.noise, rng, sensitivity=plan.sensitivity, max_partitions=plan.max_partitions,
+                    quantum=quantum)
+    return partitions, release
+
+
+class _HistogramMechanism(beam.DoFn):
+    def __init__(self, plan: HistogramPlan, window: WindowSpec, seed: int | None, quantum: float):
+        self._plan = plan
+        self._window = window
+        self._seed = seed
+        self._quantum = quantum
+
+    def process(self, element):
+        index, sums = element
+        partitions, release = histogram_release(self._plan, sums, release_rng(self._seed, self._plan.name, index),
+                                                self._quantum)
+        values = mechanisms.clamp_to_range(release.value[1] if self._plan.selects else release.value, *self._plan.value_range)
+        start, end = window_bounds_iso(self._window, index)
+        stddev = self._plan.noise_stddev
+        for partition, value in zip(partitions, values):
+            yield {"release": self._plan.name, "window_start": start, "window_end": end,
+                   "partition": partition, "value": float(value), "noise_stddev": stddev}
+
+
+class PrivateHistogram(WindowedRelease):
+    """Record batches -> dict rows (release, window_start, window_end, partition, value, noise_stddev).
+
+    Steps: bound contributions per user and window, sum per window (every
+    window of the public range), add noise (or select) per window.
+    """
+
+    def default_label(self) -> str:
+        return f"PrivateHistogram({self._plan.name}, {self._plan.mechanism})"
+
+    def display_data(self):
+        return {"release": self._plan.name, "mechanism": self._plan.mechanism, "noise": self._plan.noise,
+                "sensitivity": self._plan.sensitivity, "windows": self._plan.runs}
+
+    def expand(self, batches):
+        sums = self._window_sums(batches, self._plan.spec.partitions, units=self._plan.counts_units)
+        return sums | "Add noise" >> beam.ParDo(_HistogramMechanism(self._plan, self._window, self._seed,
+                                                                    self._bounds.quantum))

@@ -1,0 +1,120 @@
+"""Event-time windows of a `WindowSpec` on Beam, and the per-(release, window) noise streams.
+
+Window i covers [start + i step, start + i step + size). Records are assigned
+to their window indices in numpy (`window_indices`); each piece of window i
+is then emitted with the timestamp end_i - 1 microsecond and windowed by
+`beam_windows`, Beam fixed windows of length `step` that end exactly at each
+end_i. So Beam window [end_i - step, end_i) holds window i and nothing else,
+fixed and sliding windows alike, and in streaming a window's release fires
+when the watermark passes end_i (the default trigger), never earlier.
+Moving a timestamp forward to end_i - 1 us is always allowed: every record of
+window i has an earlier event time.
+
+Late data: with `WindowSpec.allowed_lateness` L, pieces travel at end_i + L - 1 us
+instead and the Beam windows end at end_i + L, so the single release of window i
+waits until the watermark passes end_i + L and includes every record that arrived
+before then. A record that arrives after that is behind the watermark of its
+Beam window and the runner drops it (Beam's default: no allowed lateness on the
+Beam window, one pane per window). Each window is still released exactly once, so
+the plan's one run per window holds; dropping records only removes data. Nothing
+counts the dropped records in the release: their number depends on the data.
+
+Periods (peak releases) group `per_period` consecutive windows; period p is
+emitted at the end of its last nominal window and windowed the same way.
+"""
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime, timezone
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.transforms.window import FixedWindows
+from apache_beam.utils.timestamp import Duration, Timestamp
+
+from dpstream.pipelines.mechanisms.noise import SecureRandom
+from dpstream.connectors.schema import MICROS
+from dpstream.pipelines.config.specs import WindowSpec
+
+
+def _micros(seconds: float) -> int:
+    return int(round(seconds * MICROS))
+
+
+def window_indices(timestamps: np.ndarray, window: WindowSpec) -> tuple[np.ndarray, np.ndarray]:
+    """(row positions, window indices): every window in [0, count) that holds each record.
+
+    timestamps are int64 microseconds. Fixed windows give at most one index per
+    row; sliding windows up to size/step. Records outside every window are dropped.
+    """
+    start, step, size = _micros(window.start), _micros(window.step), _micros(window.size)
+    offset = timestamps.astype(np.int64) - start
+    last = np.floor_divide(offset, step)
+    first = np.floor_divide(offset - size, step) + 1
+    first = np.maximum(first, 0)
+    last = np.minimum(last, window.count - 1)
+    span = np.maximum(last - first + 1, 0)
+    rows = np.repeat(np.arange(timestamps.size), span)
+    starts = np.repeat(first, span)
+    within = np.arange(rows.size) - np.repeat(np.cumsum(span) - span, span)
+    return rows, starts + within
+
+
+def window_end_micros(window: WindowSpec, index: int) -> int:
+    return _micros(window.start) + index * _micros(window.step) + _micros(window.size)
+
+
+def release_micros(window: WindowSpec, index: int) -> int:
+    """When window `index` is released in streaming: its end plus the allowed lateness (microseconds)."""
+    return window_end_micros(window, index) + _micros(window.allowed_lateness)
+
+
+def window_timestamp(window: WindowSpec, index: int) -> Timestamp:
+    """The timestamp at which pieces of window `index` travel: its release time minus one microsecond."""
+    return Timestamp(micros=release_micros(window, index) - 1)
+
+
+def window_index(window: WindowSpec, timestamp: Timestamp) -> int:
+    """Inverse of `window_timestamp`."""
+    end = timestamp.micros + 1 - _micros(window.allowed_lateness)
+    return (end - _micros(window.start) - _micros(window.size)) // _micros(window.step)
+
+
+def beam_windows(window: WindowSpec, per_period: int = 1) -> FixedWindows:
+    """Beam fixed windows of per_period * step ending at the release times of windows per_period - 1, 2 per_period - 1, ..."""
+    length = per_period * _micros(window.step)
+    first_end = release_micros(window, per_period - 1)
+    return FixedWindows(Duration(micros=length), Timestamp(micros=first_end % length))
+
+
+def iso(seconds: float) -> str:
+    """ISO 8601 in UTC, e.g. 2013-01-01T00:00:00+00:00."""
+    return datetime.fromtimestamp(seconds, tz=timezone.utc).isoformat()
+
+
+def window_bounds_iso(window: WindowSpec, index: int) -> tuple[str, str]:
+    begin, end = window.bounds(index)
+    return iso(begin), iso(end)
+
+
+def release_rng(seed: int | None, release: str, index: int) -> SecureRandom:
+    """The noise stream of one (release, window or period).
+
+    Production (seed None): a fresh OS-CSPRNG generator. Test mode: PCG64
+    seeded from SHA-256(seed, release, index), so the noise of a window does
+    not depend on which other windows ran before it, or in which order.
+    """
+    if seed is None:
+        return SecureRandom()
+    digest = hashlib.sha256(f"{seed}\x00{release}\x00{index}".encode()).digest()
+    return SecureRandom(int.from_bytes(digest[:16], "little"))
+
+
+class AttachWindowTimestamp(beam.DoFn):
+    """(window index, value) -> the same element at `window_timestamp`, so `beam_windows` can group it."""
+
+    def __init__(self, window: WindowSpec):
+        self._window = window
+
+    def process(self, element):
+        yield beam.window.TimestampedValue(element, window_timestamp(self._window, element[0]))
