@@ -18,7 +18,9 @@ from typing import Any, Mapping
 
 from dpstream.accounting.filters.base import PrivacyFilter, check_budget, check_delta, fraction_from_json, fraction_to_json
 
-_BASEL = 6.0 / math.pi**2  # 1 / zeta(2): the weights 6 / (pi^2 t^2) sum to 1 over t = 1, 2, ...
+_BASEL = Fraction("0.6079271018540266")
+"""6 / pi^2 = 0.60792710185402662866... truncated: a rational a hair below 1 / zeta(2), so that the weights
+_BASEL / t^2 sum to less than 1 over t = 1, 2, ..."""
 
 
 def basel_delta(delta: float, instance: int) -> float:
@@ -26,13 +28,14 @@ def basel_delta(delta: float, instance: int) -> float:
 
     The schedule depends on the instance index only, so the deltas of any number of instances sum to less than
     delta and the filter's delta budget never refuses: how long the filter runs is left to the epsilon budget.
-    Numerics: the product is rounded down by two ulps, so the rounded terms never exceed the exact ones.
+    Numerics: delta * 6/(pi^2 t^2) with 6/pi^2 truncated to 16 digits, computed as an exact rational and
+    rounded down to a double, so every term is at most the exact one.
     """
     if isinstance(instance, bool) or not isinstance(instance, int) or instance < 1:
         raise ValueError(f"basel_delta: instance must be an integer >= 1, got {instance!r}")
-    check_delta("basel_delta", delta)
-    value = delta * _BASEL / instance / instance
-    return math.nextafter(math.nextafter(value, 0.0), 0.0) if value > 0 else 0.0
+    exact = Fraction(check_delta("basel_delta", delta)) * _BASEL / (instance * instance)
+    rounded = float(exact)
+    return math.nextafter(rounded, 0.0) if Fraction(rounded) > exact else rounded
 
 
 class FSRCFilter(PrivacyFilter):

@@ -85,12 +85,18 @@ def monitor_view(row: sa.Row) -> dict[str, Any]:
     """A monitor's public view: its budget, halted or not, who holds it, and its filter's public figures.
 
     Only the filter's `public_dict` is read from the sealed record (FSRC: the instances admitted and the
-    delta they used), never the realised spend.
+    delta they used), never the realised spend. A record whose filter cannot be loaded (sealed by an older
+    dpstream under the printed FSRC rule, which charges delta once) is shown with `legacy` set instead.
     """
     record = json.loads(row.sealed_state)
-    sealed_filter = record.get("monitor", {}).get("filter")
-    public = {} if sealed_filter is None else PrivacyFilter.from_dict(sealed_filter).public_dict()
     view = {"name": row.name, "epsilon": row.epsilon, "delta": row.delta, "halted": bool(row.halted),
             "checked_out": record.get("checked_out")}
+    sealed_filter = record.get("monitor", {}).get("filter")
+    if sealed_filter is None:
+        return view
+    try:
+        public = PrivacyFilter.from_dict(sealed_filter).public_dict()
+    except ValueError as err:
+        return {**view, "legacy": f"cannot be continued: {err}"}
     view.update({key: public[key] for key in ("instances", "delta_used") if key in public})
     return view

@@ -198,7 +198,9 @@ def _monitor_line(monitor: dict) -> str:
     if monitor["checked_out"] is not None:
         status += f", checked out by ledger release {monitor['checked_out']}"
     used = ""
-    if "delta_used" in monitor:
+    if "legacy" in monitor:
+        used = f", {monitor['legacy']}"
+    elif "delta_used" in monitor:
         used = f", {monitor['instances']} instances admitted using delta={monitor['delta_used']:.6g}"
     return f"monitor {monitor['name']}: epsilon={monitor['epsilon']:g}, delta={monitor['delta']:g}{used}, {status}"
 

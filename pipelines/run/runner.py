@@ -76,6 +76,7 @@ from dpstream.connectors.writers import release_path, write_rows
 from dpstream.pipelines.report import document as report
 from dpstream.pipelines.config.jobfile import PUBSUB, Job
 from dpstream.pipelines.run import streaming as streaming_io
+from dpstream.pipelines.mechanisms.monitor import SparseVectorMonitor
 from dpstream.pipelines.planning.job import JobPlan, PlanningError, plan_job
 from dpstream.pipelines.transforms.windowing import iso
 
@@ -264,6 +265,12 @@ def _monitor_records(job: Job, job_plan: JobPlan, url: str) -> dict[str, dict[st
         if "monitor" not in record or "next_start" not in record:
             raise RunError(f"{where}: monitor {planned.name!r} on scope {job.privacy.scope!r} is not an svt release "
                            f"monitor; choose another release name")
+        try:
+            SparseVectorMonitor.from_dict(record["monitor"])
+        except ValueError as err:
+            raise RunError(f"{where}: monitor {planned.name!r} on scope {job.privacy.scope!r} cannot be continued: "
+                           f"{err}; give the release a new name to open a new monitor (its budget is debited); "
+                           f"nothing was debited") from err
         wanted = planned.monitor().to_dict()["parameters"]
         if record["monitor"]["parameters"] != wanted:
             raise RunError(f"{where}: the monitor was opened with parameters {record['monitor']['parameters']}, "

@@ -427,3 +427,14 @@ def test_approx_filter_charges_the_cheaper_valid_price():
     tight_delta = ApproxDPFilter(10.0, 1e-9, release_delta=1e-9)
     assert tight_delta.try_spend(SC(PureDP(0.01), 3))  # KOV gains nothing at k=3: basic (0.03, 0) is cheaper
     assert tight_delta.public_dict()["spent_delta"] == 0
+
+
+def test_basel_terms_never_exceed_the_exact_ones():
+    """Each term is at most delta 6/(pi^2 t^2) exactly (50-digit pi), also where float arithmetic rounds up."""
+    with mpmath.workdps(50):
+        six_over_pi2 = 6 / mpmath.pi**2
+        for delta, t in [(1e-6, 326416), (1e-6, 1), (0.3, 7), (1e-12, 10**9), (0.999, 2)] + [
+            (1e-6, t) for t in range(1, 2000, 37)
+        ]:
+            assert mpmath.mpf(basel_delta(delta, t)) <= mpmath.mpf(delta) * six_over_pi2 / t**2
+            assert basel_delta(delta, t) >= delta * 6 / math.pi**2 / t**2 * (1 - 1e-15)

@@ -162,3 +162,29 @@ def test_continuing_a_monitor_the_plan_does_not_have_is_an_error():
     assert plan.events(frozenset({"alerts"})) == ()
     with pytest.raises(ValueError, match="no fixed events named \\['other'\\]"):
         plan.events(frozenset({"other"}))
+
+
+def test_a_monitor_sealed_under_the_printed_rule_is_shown_and_refused_before_any_debit(tmp_path, capsys):
+    """Its state lacks the delta budget: `budget show` says so, a run continuing it is refused with nothing
+    debited, and the rest of the scope stays usable."""
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    with Ledger(url, create=True) as ledger:
+        ledger.init_scope("test", 100.0, 1e-4, "approx:release_delta=1e-6")
+    _run(tmp_path, url, (("svt", "B"), ("histogram", "H")), "2013-01-01", "2013-01-04", "run1")
+    with Ledger(url) as ledger:
+        record = ledger.monitor_record("test", "B")
+        state = record["monitor"]["filter"]["state"]
+        record["monitor"]["filter"]["state"] = {"spent_epsilon": state["spent_epsilon"], "open": state["open"]}
+        with ledger.engine.begin() as conn:
+            conn.execute(ledger.monitors.update().where(ledger.monitors.c.name == "B")
+                         .values(sealed_state=json.dumps(record)))
+        debits = len(ledger.history("test"))
+    capsys.readouterr()
+    assert main(["budget", "show", "--ledger", url, "--scope", "test"]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if "monitor B" in line)
+    assert "cannot be continued" in line and "predates the filter's delta budget" in line
+    with pytest.raises(runner.RunError, match="monitor 'B' on scope 'test' cannot be continued.*nothing was debited"):
+        _run(tmp_path, url, (("svt", "B"), ("histogram", "H")), "2013-01-04", "2013-01-07", "run2")
+    _run(tmp_path, url, (("histogram", "H2"),), "2013-01-04", "2013-01-07", "run3")
+    with Ledger(url) as ledger:
+        assert len(ledger.history("test")) == debits + 1  # only the histogram-only run
