@@ -74,9 +74,9 @@ import pyarrow.parquet as pq
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from dpstream.pipelines.transforms.graph import private_releases
-from dpstream.pipelines.planning.job import plan_job
+from dpstream.pipelines.planning import plan_job
 from dpstream.connectors.schema import EVENT_SCHEMA, MICROS
-from dpstream.pipelines.config.specs import ContributionBounds, ReleaseSpec, WindowSpec
+from dpstream.pipelines.config.specs import ContributionBounds, HistogramSpec, ReleaseSpec, WindowSpec
 
 DAY = 86400
 YEAR_START = 1356998400  # 2013-01-01T00:00:00Z
@@ -275,9 +275,9 @@ def accuracy_benchmark(data: dict, directory: str, scenarios=ACCURACY_SCENARIOS)
     RMSE against the bounded and the raw counts; ratios to PipelineDP.
     """
     partitions = data["partitions"]
-    releases = (ReleaseSpec("gaussian", "histogram", noise="gaussian", partitions=partitions),
-                ReleaseSpec("laplace", "histogram", noise="laplace", partitions=partitions),
-                ReleaseSpec("unknown", "histogram"))
+    releases = (HistogramSpec("gaussian", noise="gaussian", partitions=partitions),
+                HistogramSpec("laplace", noise="laplace", partitions=partitions),
+                HistogramSpec("unknown"))
     kinds = {"gaussian": ("gaussian", True), "laplace": ("laplace", True), "unknown": ("gaussian", False)}
     data = {**data, "known_domain": [(day, dest) for day in range(data["window"].count) for dest in partitions]}
     results = {}
@@ -309,7 +309,7 @@ def accuracy_benchmark(data: dict, directory: str, scenarios=ACCURACY_SCENARIOS)
 
 def speed_benchmark(data: dict, repeats: int, directory: str) -> dict:
     """The demo's histogram step: dpstream, PipelineDP Count and plain Beam, median seconds over repeats."""
-    release = ReleaseSpec("departures", "histogram", noise="gaussian", partitions=data["partitions"])
+    release = HistogramSpec("departures", noise="gaussian", partitions=data["partitions"])
     timings = {"dpstream": [], "pipelinedp": [], "beam_combine_per_key": []}
     for repeat in range(repeats):
         seconds, _, _ = dpstream_releases(data, (release,), DEMO_BOUNDS, DEMO_EPSILON, DAY, directory)
@@ -379,7 +379,7 @@ def scaling_benchmark(sizes, workers: int, directory: str, batch_rows: int = 1 <
     days, users, partitions = 30, 100_000, 100
     bounds = ContributionBounds(max_partitions=3, max_contributions=2)
     window = WindowSpec(size=DAY, start=YEAR_START, end=YEAR_START + days * DAY)
-    release = ReleaseSpec("histogram", "histogram", partitions=tuple(f"p{i}" for i in range(partitions)))
+    release = HistogramSpec("histogram", partitions=tuple(f"p{i}" for i in range(partitions)))
     plan = plan_job((release,), bounds, window, SCALING_EPSILON, DELTA)
     options = PipelineOptions(direct_running_mode="multi_processing", direct_num_workers=workers)
     results = []

@@ -21,7 +21,7 @@ from dpstream.pipelines.mechanisms.fixedpoint import (
     total,
     value_quantum,
 )
-from dpstream.pipelines.planning.job import normalised_sensitivity
+from dpstream.pipelines.planning.grid import normalised_sensitivity
 from dpstream.pipelines.config.specs import ContributionBounds, SpecError
 
 

@@ -21,7 +21,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from dpstream.connectors import readers, writers
 from dpstream.pipelines.config.specs import (
-    NOISE_KINDS, RELEASE_KINDS, SELECTION_KINDS, SVT_METHODS, SVT_METRICS, ContributionBounds, ReleaseSpec, SpecError, WindowSpec,
+    ContributionBounds, HistogramSpec, Noise, PeakSpec, ReleaseKind, ReleaseSpec, Selection, SpecError, SvtMethod,
+    SvtMetric, SvtSpec, TopKSpec, WindowSpec,
 )
 
 FILE_INPUT_KEYS = ("format", "path", "user", "timestamp", "partition", "value", "timestamp_format", "timezone", "partitions")
@@ -30,6 +31,14 @@ PUBSUB_INPUT_KEYS = (
     "timestamp_format", "timezone", "partitions",
 )
 PUBSUB = "pubsub"  # streaming input (connectors.pubsub); needs the pubsub extra
+RELEASE_KEYS: dict[ReleaseKind, tuple[str, ...]] = {
+    ReleaseKind.HISTOGRAM: ("partitions", "noise", "selection", "clamp"),
+    ReleaseKind.TOPK: ("partitions", "k", "counts"),
+    ReleaseKind.PEAK: ("period", "maximum"),
+    ReleaseKind.SVT: ("partitions", "maximum", "threshold", "sigma_threshold", "sigma_query", "metric", "method",
+                      "persist_threshold"),
+}
+"""The keys of a [[release]] table besides kind, name and weight, by kind (the fields of its spec class)."""
 SECTIONS = {
     "input": tuple(dict.fromkeys(FILE_INPUT_KEYS + PUBSUB_INPUT_KEYS)),
     "window": ("size", "period", "start", "end", "allowed_lateness"),
@@ -37,8 +46,7 @@ SECTIONS = {
         "scope", "epsilon", "delta", "ledger", "max_partitions", "max_contributions", "min_value", "max_value",
         "unit_period",
     ),
-    "release": ("kind", "name", "weight", "noise", "selection", "partitions", "k", "period", "counts", "maximum", "threshold",
-                "sigma_threshold", "sigma_query", "metric", "method", "persist_threshold", "clamp"),
+    "release": ("kind", "name", "weight", *dict.fromkeys(key for keys in RELEASE_KEYS.values() for key in keys)),
     "output": ("path", "format"),
     "beam": ("runner", "seed"),
 }
@@ -246,69 +254,81 @@ def _releases(check: "_Checker", entries: Any, shared: tuple[str, ...] | None) -
             check.fail(f"release.{name}: name is used by more than one release")
         where = f"release.{name}"
         check.keys(entry, where, allowed=SECTIONS["release"], required=REQUIRED["release"])
-        kind = check.choice(entry, where, "kind", RELEASE_KINDS)
+        kind = ReleaseKind(check.choice(entry, where, "kind", tuple(ReleaseKind)))
         partitions = _partitions(check, entry, where)
         partitions = shared if partitions is None else partitions
-        k = check.integer(entry, where, "k", default=None)
-        if kind == "topk" and k is None:
-            check.fail(f"{where}.k is required for a topk release (the list length)")
-        period = check.duration(entry, where, "period", default=None)
-        maximum = check.number(entry, where, "maximum", default=None)
-        if kind == "peak" and period is None:
-            check.fail(f"{where}.period is required for a peak release (e.g. \"30d\")")
-        if kind == "peak" and (maximum is None or not maximum > 0):
-            check.fail(f"{where}.maximum is required for a peak release: a positive public upper bound of a window total, got {maximum!r}")
-        if "selection" in entry and not (kind == "histogram" and partitions is None):
-            check.fail(f"{where}.selection applies to histogram releases over unknown partitions (no partitions list), "
-                       f"got it on a {kind} release{' with partitions' if partitions is not None else ''}")
-        if "clamp" in entry and kind != "histogram":
-            check.fail(f"{where}.clamp applies to histogram releases (topk counts are always made order-consistent and "
-                       f"non-negative), got it on a {kind} release")
-        svt = _svt_keys(check, entry, where, kind, maximum)
+        _check_kind_keys(check, entry, where, kind, partitions)
         weight = check.number(entry, where, "weight", default=1.0)
         if not weight > 0:
             check.fail(f"{where}.weight must be a positive number, got {weight!r}")
-        releases.append(
-            check.build(
-                ReleaseSpec,
-                name=name,
-                kind=kind,
-                weight=weight,
-                noise=check.choice(entry, where, "noise", NOISE_KINDS, default="gaussian"),
-                selection=check.choice(entry, where, "selection", SELECTION_KINDS, default="gaussian"),
-                partitions=partitions,
-                k=k,
-                period=period,
-                counts=check.flag(entry, where, "counts", default=False),
-                clamp=check.flag(entry, where, "clamp", default=True),
-                maximum=maximum,
-                **svt,
-            )
-        )
+        releases.append(_RELEASE_BUILDERS[kind](check, entry, where, name, weight, partitions))
     return tuple(releases)
 
 
-def _svt_keys(check: "_Checker", entry: dict, where: str, kind: str, maximum: float | None) -> dict[str, Any]:
-    """The keys of an svt release (only allowed there); range checks are ReleaseSpec's."""
-    names = ("threshold", "sigma_threshold", "sigma_query", "metric", "method", "persist_threshold")
-    if kind != "svt":
-        for name in names:
-            if name in entry:
-                check.fail(f"{where}.{name} applies to svt releases only, got it on a {kind} release")
-        return {}
-    for name in ("threshold", "sigma_threshold", "maximum"):
-        if name not in entry:
-            check.fail(f"{where}.{name} is required for an svt release")
+def _check_kind_keys(check: "_Checker", entry: dict, where: str, kind: ReleaseKind,
+                     partitions: tuple[str, ...] | None) -> None:
+    """Every key of the release table applies to its kind (one line naming the key otherwise)."""
+    if "selection" in entry and not (kind == ReleaseKind.HISTOGRAM and partitions is None):
+        check.fail(f"{where}.selection applies to histogram releases over unknown partitions (no partitions list), "
+                   f"got it on a {kind} release{' with partitions' if partitions is not None else ''}")
+    for key in entry:
+        owners = [k.value for k, keys in RELEASE_KEYS.items() if key in keys]
+        if owners and kind.value not in owners:
+            check.fail(f"{where}.{key} applies to {' and '.join(owners)} releases only, got it on a {kind} release")
+
+
+def _histogram(check: "_Checker", entry: dict, where: str, name: str, weight: float,
+               partitions: tuple[str, ...] | None) -> HistogramSpec:
+    return check.build(
+        HistogramSpec, name=name, weight=weight, partitions=partitions,
+        noise=check.choice(entry, where, "noise", tuple(Noise), default=Noise.GAUSSIAN),
+        selection=check.choice(entry, where, "selection", tuple(Selection), default=Selection.GAUSSIAN),
+        clamp=check.flag(entry, where, "clamp", default=True),
+    )
+
+
+def _topk(check: "_Checker", entry: dict, where: str, name: str, weight: float,
+          partitions: tuple[str, ...] | None) -> TopKSpec:
+    k = check.integer(entry, where, "k", default=None)
+    if k is None:
+        check.fail(f"{where}.k is required for a topk release (the list length)")
+    return check.build(TopKSpec, name=name, weight=weight, k=k, partitions=partitions,
+                       counts=check.flag(entry, where, "counts", default=False))
+
+
+def _peak(check: "_Checker", entry: dict, where: str, name: str, weight: float,
+          partitions: tuple[str, ...] | None) -> PeakSpec:
+    period = check.duration(entry, where, "period", default=None)
+    maximum = check.number(entry, where, "maximum", default=None)
+    if period is None:
+        check.fail(f"{where}.period is required for a peak release (e.g. \"30d\")")
+    if maximum is None or not maximum > 0:
+        check.fail(f"{where}.maximum is required for a peak release: a positive public upper bound of a window total, got {maximum!r}")
+    return check.build(PeakSpec, name=name, weight=weight, period=period, maximum=maximum)
+
+
+def _svt(check: "_Checker", entry: dict, where: str, name: str, weight: float,
+         partitions: tuple[str, ...] | None) -> SvtSpec:
+    """An svt release; range checks are SvtSpec's."""
+    for key in ("threshold", "sigma_threshold", "maximum"):
+        if key not in entry:
+            check.fail(f"{where}.{key} is required for an svt release")
+    maximum = check.number(entry, where, "maximum")
     if not maximum > 0:
         check.fail(f"{where}.maximum must be a positive public normaliser of a window total, got {maximum!r}")
-    return {
-        "threshold": check.number(entry, where, "threshold"),
-        "sigma_threshold": check.number(entry, where, "sigma_threshold"),
-        "sigma_query": check.number(entry, where, "sigma_query", default=None),
-        "metric": check.choice(entry, where, "metric", SVT_METRICS, default="count"),
-        "method": check.choice(entry, where, "method", SVT_METHODS, default="fsrc"),
-        "persist_threshold": check.flag(entry, where, "persist_threshold", default=False),
-    }
+    return check.build(
+        SvtSpec, name=name, weight=weight, partitions=partitions, maximum=maximum,
+        threshold=check.number(entry, where, "threshold"),
+        sigma_threshold=check.number(entry, where, "sigma_threshold"),
+        sigma_query=check.number(entry, where, "sigma_query", default=None),
+        metric=check.choice(entry, where, "metric", tuple(SvtMetric), default=SvtMetric.COUNT),
+        method=check.choice(entry, where, "method", tuple(SvtMethod), default=SvtMethod.FSRC),
+        persist_threshold=check.flag(entry, where, "persist_threshold", default=False),
+    )
+
+
+_RELEASE_BUILDERS = {ReleaseKind.HISTOGRAM: _histogram, ReleaseKind.TOPK: _topk, ReleaseKind.PEAK: _peak,
+                     ReleaseKind.SVT: _svt}
 
 
 def _resolve(base: str, path: str) -> str:

@@ -11,16 +11,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from enum import StrEnum
+from typing import ClassVar, Union
 
 import numpy as np
 
 from dpstream.pipelines.mechanisms.fixedpoint import MAX_CONTRIBUTIONS, to_units, value_quantum
 
-RELEASE_KINDS = ("histogram", "topk", "peak", "svt")
-NOISE_KINDS = ("gaussian", "laplace")
-SELECTION_KINDS = ("gaussian", "truncated", "distinct")  # unknown-partition histograms: planning.SELECTION_MECHANISMS
-SVT_METRICS = ("count", "sum", "share")
-SVT_METHODS = ("fsrc", "whitehouse", "laplace")  # pipelines.mechanisms.monitor.MONITOR_METHODS (kept Beam- and scipy-free here)
 
 
 class SpecError(ValueError):
@@ -175,88 +172,209 @@ def _rounded_up(count: int) -> float:
     return nearest if nearest >= count else math.nextafter(nearest, math.inf)
 
 
-@dataclass(frozen=True)
-class ReleaseSpec:
-    """One `[[release]]` of a job file.
+class ReleaseKind(StrEnum):
+    """What a release publishes (one spec class each; `release_spec_class`)."""
 
-    kind: histogram (per-window noisy value per partition), topk (per-window top-k partitions by the
-    exponential mechanism), peak (per period, the window with the largest total, Gaussian
-    report-noisy-max), svt (threshold alerts by a sparse-vector monitor, `pipelines.transforms.svt`).
-    noise: gaussian or laplace (histogram); partitions: the public partition list, or None when the
-    partitions are unknown (then only privately selected partitions appear); selection: how they are
-    selected, gaussian (Gaussian thresholding of the noisy sum, the default), distinct (counting jobs:
-    Gaussian thresholding of the noisy number of distinct units, the value from that number plus the
-    noisy records beyond each unit's first) or truncated (Cesar–Rogers truncated Gaussian, bounded noise
-    but approximate-zCDP accounting); k: list length for topk;
-    weight: relative share of the job's budget (see accounting.calibrate; an svt release's share is its
-    monitor's whole budget, see planning.plan_job).
-    svt: metric count (bounded records), sum (bounded values) or share (bounded records whose value is
-    positive, over max(bounded records, maximum)); maximum: public normaliser (count and sum: an upper
-    bound of the window total; share: the least denominator); threshold in [0, 1] units of the
-    normalised query; sigma_threshold, sigma_query (default sqrt(3) sigma_threshold); method fsrc,
-    whitehouse or laplace; persist_threshold: keep an open instance's noisy threshold between runs.
-    clamp (histogram): release each noisy value clamped to `ContributionBounds.sum_range` (counts at 0),
-    which never moves it further from the truth; false releases the unclamped, unbiased noisy values.
+    HISTOGRAM = "histogram"  # per window, a noisy value per partition
+    TOPK = "topk"  # per window, the k highest partitions by the exponential mechanism
+    PEAK = "peak"  # per period, the window with the largest total, by Gaussian report-noisy-max
+    SVT = "svt"  # threshold alerts over windows by a sparse-vector monitor
+
+
+class Noise(StrEnum):
+    """Noise of a histogram over public partitions: discrete Gaussian (L2 sensitivity) or discrete Laplace (L1)."""
+
+    GAUSSIAN = "gaussian"
+    LAPLACE = "laplace"
+
+
+class Selection(StrEnum):
+    """How a histogram over unknown partitions chooses the partitions it shows.
+
+    gaussian: Gaussian thresholding of the noisy sum (the default); distinct (counting jobs): Gaussian
+    thresholding of the noisy number of distinct units, the value from that number plus the noisy records
+    beyond each unit's first; truncated: Cesar–Rogers truncated Gaussian (bounded noise, approximate-zCDP
+    accounting).
     """
 
+    GAUSSIAN = "gaussian"
+    TRUNCATED = "truncated"
+    DISTINCT = "distinct"
+
+
+class SvtMetric(StrEnum):
+    """An svt release's per-window query: bounded records, bounded values, or the share of positive values."""
+
+    COUNT = "count"
+    SUM = "sum"
+    SHARE = "share"
+
+
+class SvtMethod(StrEnum):
+    """The svt monitor's rule (`dpstream.pipelines.mechanisms.monitor`): Gaussian AboveThreshold under FSRC (the
+    default), or the baselines: Zhu–Wang pricing under the Whitehouse et al. filter, Laplace AboveThreshold."""
+
+    FSRC = "fsrc"
+    WHITEHOUSE = "whitehouse"
+    LAPLACE = "laplace"
+
+
+def _member(enum: type[StrEnum], where: str, key: str, value: object) -> StrEnum:
+    try:
+        return enum(value)
+    except ValueError:
+        raise SpecError(f"{where}: {key} must be one of {[m.value for m in enum]}, got {value!r}") from None
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _partition_list(where: str, partitions: object) -> tuple[str, ...] | None:
+    """None, or a non-empty tuple of distinct non-empty strings."""
+    if partitions is None:
+        return None
+    _require(isinstance(partitions, (list, tuple)) and len(partitions) > 0
+             and all(isinstance(p, str) and p for p in partitions),
+             f"{where}: partitions must be a non-empty list of strings when given, got {partitions!r}")
+    assert isinstance(partitions, (list, tuple))
+    _require(len(set(partitions)) == len(partitions), f"{where}: partitions lists a partition more than once")
+    return tuple(partitions)
+
+
+@dataclass(frozen=True)
+class _Release:
+    """What every release has: a name (it names the output file) and a weight (its relative share of the job's
+    budget; `dpstream.accounting.calibrate`, and for svt `planning.svt`)."""
+
     name: str
-    kind: str
     weight: float = 1.0
-    noise: str = "gaussian"
-    selection: str = "gaussian"
-    partitions: tuple[str, ...] | None = None
-    k: int | None = None
-    period: float | None = None  # peak: seconds per period (e.g. a month of daily windows)
-    counts: bool = False  # topk: also release Gaussian counts for the chosen keys
-    maximum: float | None = None  # peak, svt: public normaliser of a window's total (see above)
-    threshold: float | None = None  # svt
-    sigma_threshold: float | None = None  # svt
-    sigma_query: float | None = None  # svt; None: sqrt(3) * sigma_threshold
-    metric: str = "count"  # svt
-    method: str = "fsrc"  # svt
-    persist_threshold: bool = False  # svt
-    clamp: bool = True  # histogram
+    kind: ClassVar[ReleaseKind]
 
     def __post_init__(self) -> None:
-        where = f"release {self.name!r}"
-        _require(bool(self.name) and isinstance(self.name, str), f"release.name must be a non-empty string, got {self.name!r}")
-        _require(self.kind in RELEASE_KINDS, f"{where}: kind must be one of {list(RELEASE_KINDS)}, got {self.kind!r}")
-        _require(self.noise in NOISE_KINDS, f"{where}: noise must be one of {list(NOISE_KINDS)}, got {self.noise!r}")
-        _require(isinstance(self.clamp, bool), f"{where}: clamp must be true or false, got {self.clamp!r}")
-        _require(self.selection in SELECTION_KINDS,
-                 f"{where}: selection must be one of {list(SELECTION_KINDS)}, got {self.selection!r}")
-        _require(math.isfinite(self.weight) and self.weight > 0, f"{where}: weight must be a positive number, got {self.weight!r}")
-        if self.kind == "topk":
-            _require(isinstance(self.k, int) and not isinstance(self.k, bool) and self.k >= 1,
-                     f"{where}: k must be a positive integer, got {self.k!r}")
-        if self.kind == "peak":
-            _require(self.period is not None and math.isfinite(self.period) and self.period > 0,
-                     f"{where}: period must be a positive number of seconds, got {self.period!r}")
-            _require(self.maximum is not None and math.isfinite(self.maximum) and self.maximum > 0,
-                     f"{where}: maximum must be a positive number (public bound of a window total), got {self.maximum!r}")
-        if self.kind == "svt":
-            self._check_svt(where)
-        if self.partitions is not None:
-            _require(isinstance(self.partitions, tuple) and len(self.partitions) > 0,
-                     f"{where}: partitions must be a non-empty list when given, got {self.partitions!r}")
+        _require(isinstance(self.name, str) and bool(self.name), f"release.name must be a non-empty string, got {self.name!r}")
+        _require(_number(self.weight) and self.weight > 0, f"{self.where}: weight must be a positive number, got {self.weight!r}")
 
-    def _check_svt(self, where: str) -> None:
-        def number(value) -> bool:
-            return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    @property
+    def where(self) -> str:
+        return f"release {self.name!r}"
 
-        _require(self.metric in SVT_METRICS, f"{where}: metric must be one of {list(SVT_METRICS)}, got {self.metric!r}")
-        _require(self.method in SVT_METHODS, f"{where}: method must be one of {list(SVT_METHODS)}, got {self.method!r}")
-        _require(number(self.maximum) and self.maximum > 0,
+    def _set(self, name: str, value: object) -> None:
+        object.__setattr__(self, name, value)  # normalising a frozen field in __post_init__
+
+
+@dataclass(frozen=True, kw_only=True)
+class HistogramSpec(_Release):
+    """Per window, a noisy bounded sum per partition.
+
+    partitions: the public partition list (every listed partition appears, with noise), or None when the
+    partitions are unknown (only privately selected ones appear, chosen by `selection`). noise: for public
+    partitions. clamp: release each noisy value clamped to `ContributionBounds.sum_range` (counts at 0), which
+    never moves it further from the truth; false releases the unclamped, unbiased noisy values.
+    """
+
+    kind: ClassVar[ReleaseKind] = ReleaseKind.HISTOGRAM
+    partitions: tuple[str, ...] | None = None
+    noise: Noise = Noise.GAUSSIAN
+    selection: Selection = Selection.GAUSSIAN
+    clamp: bool = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._set("partitions", _partition_list(self.where, self.partitions))
+        self._set("noise", _member(Noise, self.where, "noise", self.noise))
+        self._set("selection", _member(Selection, self.where, "selection", self.selection))
+        _require(isinstance(self.clamp, bool), f"{self.where}: clamp must be true or false, got {self.clamp!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TopKSpec(_Release):
+    """Per window, the k highest of the public partitions by k exponential-mechanism picks; `counts`: also their
+    Gaussian noisy sums, made consistent with the ranking."""
+
+    kind: ClassVar[ReleaseKind] = ReleaseKind.TOPK
+    k: int
+    partitions: tuple[str, ...]
+    counts: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _require(isinstance(self.k, int) and not isinstance(self.k, bool) and self.k >= 1,
+                 f"{self.where}: k must be a positive integer, got {self.k!r}")
+        partitions = _partition_list(self.where, self.partitions)
+        _require(partitions is not None,
+                 f"{self.where}: topk needs a public partitions list (the exponential mechanism ranks public candidates)")
+        assert partitions is not None
+        _require(self.k <= len(partitions), f"{self.where}: k must be at most the {len(partitions)} listed partitions, got {self.k}")
+        self._set("partitions", partitions)
+        _require(isinstance(self.counts, bool), f"{self.where}: counts must be true or false, got {self.counts!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PeakSpec(_Release):
+    """Per period of `period` seconds (a multiple of the window step), the window with the largest total, by
+    Gaussian report-noisy-max on totals divided by the public `maximum` (an upper bound of a window total)."""
+
+    kind: ClassVar[ReleaseKind] = ReleaseKind.PEAK
+    period: float
+    maximum: float
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _require(_number(self.period) and self.period > 0,
+                 f"{self.where}: period must be a positive number of seconds, got {self.period!r}")
+        _require(_number(self.maximum) and self.maximum > 0,
+                 f"{self.where}: maximum must be a positive number (public bound of a window total), got {self.maximum!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SvtSpec(_Release):
+    """Threshold alerts over windows by a sparse-vector monitor (`dpstream.pipelines.transforms.svt`).
+
+    metric: the per-window query (count: bounded records; sum: bounded values; share: bounded records whose
+    value is positive, over max(bounded records, maximum)); maximum: its public normaliser (count and sum: an
+    upper bound of the window total; share: the least denominator); threshold in [0, 1] units of the
+    normalised query; sigma_threshold, sigma_query (default sqrt(3) sigma_threshold); method; persist_threshold:
+    keep an open instance's noisy threshold between runs; partitions: only these public partitions count.
+    The monitor's budget is the release's weight share of the job's whole (epsilon, delta).
+    """
+
+    kind: ClassVar[ReleaseKind] = ReleaseKind.SVT
+    maximum: float
+    threshold: float
+    sigma_threshold: float
+    sigma_query: float | None = None
+    metric: SvtMetric = SvtMetric.COUNT
+    method: SvtMethod = SvtMethod.FSRC
+    persist_threshold: bool = False
+    partitions: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        where = self.where
+        self._set("metric", _member(SvtMetric, where, "metric", self.metric))
+        self._set("method", _member(SvtMethod, where, "method", self.method))
+        self._set("partitions", _partition_list(where, self.partitions))
+        _require(_number(self.maximum) and self.maximum > 0,
                  f"{where}: maximum must be a positive number (public normaliser of a window total), got {self.maximum!r}")
-        _require(number(self.threshold) and 0 <= self.threshold <= 1,
+        _require(_number(self.threshold) and 0 <= self.threshold <= 1,
                  f"{where}: threshold must lie in [0, 1] (units of the normalised query), got {self.threshold!r}")
-        _require(number(self.sigma_threshold) and self.sigma_threshold > 0,
+        _require(_number(self.sigma_threshold) and self.sigma_threshold > 0,
                  f"{where}: sigma_threshold must be a positive number, got {self.sigma_threshold!r}")
         if self.sigma_query is not None:
-            _require(number(self.sigma_query) and self.sigma_query > 0,
+            _require(_number(self.sigma_query) and self.sigma_query > 0,
                      f"{where}: sigma_query must be a positive number, got {self.sigma_query!r}")
-            _require(self.method == "laplace" or self.sigma_query > self.sigma_threshold,
+            _require(self.method == SvtMethod.LAPLACE or self.sigma_query > self.sigma_threshold,
                      f"{where}: sigma_query must exceed sigma_threshold={self.sigma_threshold!r} for the Zhu–Wang bound, "
                      f"got {self.sigma_query!r}")
         _require(isinstance(self.persist_threshold, bool),
                  f"{where}: persist_threshold must be true or false, got {self.persist_threshold!r}")
+
+
+ReleaseSpec = Union[HistogramSpec, TopKSpec, PeakSpec, SvtSpec]
+"""One `[[release]]` of a job file, or one release of a library `Budget`."""
+
+RELEASE_SPECS: dict[ReleaseKind, type[ReleaseSpec]] = {
+    spec.kind: spec for spec in (HistogramSpec, TopKSpec, PeakSpec, SvtSpec)
+}
+"""The spec class of each release kind."""

@@ -24,8 +24,7 @@ from dpstream.accounting.events import Event
 from dpstream.accounting.text import duration_text, version
 from dpstream.connectors.writers import join, read_rows, write_bytes
 from dpstream.pipelines.config.jobfile import Job
-from dpstream.pipelines.planning.job import JobPlan
-from dpstream.pipelines.config.specs import ReleaseSpec
+from dpstream.pipelines.planning import JobPlan
 from dpstream.pipelines.transforms.windowing import iso
 
 REPORT_JSON = "report.json"
@@ -69,7 +68,7 @@ def write_reports(context: RunContext, output_dir: str, started: float) -> dict[
 def _jsonable(value: Any) -> Any:
     if isinstance(value, Event):
         return value.to_dict()
-    if isinstance(value, ReleaseSpec):
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):  # a release spec
         return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, (tuple, list)):
         return [_jsonable(v) for v in value]

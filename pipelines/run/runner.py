@@ -77,7 +77,7 @@ from dpstream.pipelines.report import document as report
 from dpstream.pipelines.config.jobfile import PUBSUB, Job
 from dpstream.pipelines.run import streaming as streaming_io
 from dpstream.pipelines.mechanisms.monitor import SparseVectorMonitor
-from dpstream.pipelines.planning.job import JobPlan, PlanningError, plan_job
+from dpstream.pipelines.planning import JobPlan, PlanningError, plan_job
 from dpstream.pipelines.transforms.windowing import iso
 
 EXIT_OK = 0

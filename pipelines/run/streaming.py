@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import apache_beam as beam
 
 from dpstream.connectors.writers import join, read_bytes, write_bytes, write_rows
-from dpstream.pipelines.planning.job import PeakPlan
+from dpstream.pipelines.planning import PeakPlan
 from dpstream.pipelines.config.specs import WindowSpec
 from dpstream.pipelines.transforms.windowing import AttachWindowTimestamp, beam_windows, window_index
 

@@ -12,7 +12,7 @@ import apache_beam as beam
 
 from dpstream.pipelines.transforms.histogram import PrivateHistogram
 from dpstream.pipelines.transforms.peak import PeakWindow
-from dpstream.pipelines.planning.job import HistogramPlan, JobPlan, PeakPlan, SvtPlan, TopKPlan
+from dpstream.pipelines.planning import HistogramPlan, JobPlan, PeakPlan, SvtPlan, TopKPlan
 from dpstream.pipelines.config.specs import ContributionBounds, ReleaseSpec, WindowSpec
 from dpstream.pipelines.transforms.svt import STATE, SparseVectorAlerts
 from dpstream.pipelines.transforms.topk import PrivateTopK

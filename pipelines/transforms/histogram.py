@@ -27,7 +27,7 @@ import apache_beam as beam
 
 from dpstream.pipelines import mechanisms
 from dpstream.pipelines.transforms.aggregation import WindowedRelease
-from dpstream.pipelines.planning.job import HistogramPlan
+from dpstream.pipelines.planning import HistogramPlan
 from dpstream.pipelines.config.specs import WindowSpec
 from dpstream.pipelines.transforms.windowing import release_rng, window_bounds_iso
 

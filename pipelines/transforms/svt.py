@@ -60,7 +60,7 @@ from apache_beam.transforms.window import GlobalWindows
 from dpstream.pipelines.transforms.aggregation import WindowedRelease
 from dpstream.pipelines.mechanisms.fixedpoint import exact_value, rounded_quotient, total
 from dpstream.pipelines.mechanisms.monitor import SparseVectorMonitor
-from dpstream.pipelines.planning.job import SvtPlan
+from dpstream.pipelines.planning import SvtPlan
 from dpstream.connectors.schema import EVENT_SCHEMA
 from dpstream.pipelines.config.specs import ContributionBounds, WindowSpec
 from dpstream.pipelines.transforms.windowing import release_rng, window_bounds_iso, window_timestamp

@@ -22,7 +22,7 @@ import numpy as np
 
 from dpstream.pipelines import mechanisms
 from dpstream.pipelines.transforms.aggregation import WindowedRelease
-from dpstream.pipelines.planning.job import TopKPlan
+from dpstream.pipelines.planning import TopKPlan
 from dpstream.pipelines.config.specs import WindowSpec
 from dpstream.pipelines.transforms.windowing import release_rng, window_bounds_iso
 

@@ -14,8 +14,8 @@ from apache_beam.testing.test_stream import TestStream
 from apache_beam.testing.util import assert_that, equal_to
 
 from dpstream.pipelines.transforms.graph import private_releases
-from dpstream.pipelines.planning.job import plan_job
-from dpstream.pipelines.config.specs import ContributionBounds, ReleaseSpec, WindowSpec
+from dpstream.pipelines.planning import plan_job
+from dpstream.pipelines.config.specs import ContributionBounds, HistogramSpec, PeakSpec, TopKSpec, WindowSpec
 from dpstream.pipelines.transforms.windowing import iso
 from tests.pipelines.helpers import DAY, START, events, random_events
 
@@ -25,11 +25,11 @@ BOUNDS = ContributionBounds(max_partitions=2, max_contributions=3)
 DATA_PARTITIONS = tuple("ABCDEF")
 LISTED = ("A", "B", "C", "D", "E", "F", "G", "Z")  # G and Z never occur in the data
 RELEASES = (
-    ReleaseSpec("known", "histogram", partitions=LISTED),
-    ReleaseSpec("unknown", "histogram"),
-    ReleaseSpec("distinct", "histogram", selection="distinct"),
-    ReleaseSpec("top", "topk", k=3, partitions=LISTED, counts=True),
-    ReleaseSpec("peak", "peak", period=2 * DAY, maximum=20000.0),
+    HistogramSpec("known", partitions=LISTED),
+    HistogramSpec("unknown"),
+    HistogramSpec("distinct", selection="distinct"),
+    TopKSpec("top", k=3, partitions=LISTED, counts=True),
+    PeakSpec("peak", period=2 * DAY, maximum=20000.0),
 )
 SEED = 2024
 

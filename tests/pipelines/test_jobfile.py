@@ -4,6 +4,7 @@ import os
 import pytest
 
 from dpstream.pipelines.config import jobfile
+from dpstream.pipelines.config.specs import TopKSpec
 
 EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "flights.toml")
 
@@ -50,7 +51,7 @@ def test_defaults_and_relative_paths(tmp_path):
     assert job.output.path == str(tmp_path / "dpstream-output" / "job") and job.output.format == "parquet"
     assert job.beam.runner == "DirectRunner" and job.beam.seed is None
     assert job.privacy.bounds.max_partitions == 1 and job.privacy.ledger is None
-    assert job.releases[0].partitions == ("A", "B") and job.releases[0].noise == "gaussian"
+    assert job.releases[0].partitions == ("A", "B") and isinstance(job.releases[0], TopKSpec) and not job.releases[0].counts
     assert job.window.start == 1356998400.0 and job.window.count == 3
 
 

@@ -14,13 +14,13 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from dpstream.pipelines.config import jobfile
 from dpstream.pipelines.transforms.graph import private_releases
-from dpstream.pipelines.planning.job import plan_job
-from dpstream.pipelines.config.specs import ContributionBounds, ReleaseSpec, SpecError, WindowSpec
+from dpstream.pipelines.planning import plan_job
+from dpstream.pipelines.config.specs import ContributionBounds, HistogramSpec, SpecError, WindowSpec
 from tests.pipelines.helpers import DAY, START, events
 
 HOUR = 3600
 BOUNDS = ContributionBounds(max_partitions=1, max_contributions=1)
-RELEASES = (ReleaseSpec("counts", "histogram", partitions=("A", "B")),)
+RELEASES = (HistogramSpec("counts", partitions=("A", "B")),)
 SEED = 7
 
 # Day 0 records, all with event time in day 0, arriving in three groups.

@@ -22,8 +22,8 @@ from dpstream.accounting.ledger import Ledger
 from dpstream.pipelines.config import jobfile
 from dpstream.pipelines.run import runner
 from dpstream.pipelines.cli.main import main
-from dpstream.pipelines.planning.job import SvtPlan, plan_job
-from dpstream.pipelines.config.specs import ContributionBounds, ReleaseSpec, WindowSpec
+from dpstream.pipelines.planning import SvtPlan, plan_job
+from dpstream.pipelines.config.specs import ContributionBounds, HistogramSpec, SvtSpec, TopKSpec, WindowSpec
 from tests.pipelines.helpers import DAY, START
 
 JOB = """
@@ -126,9 +126,11 @@ def _jobs(draw):
         weight = draw(st.sampled_from([1.0, 2.0]))
         if kind == "svt":
             parameters = draw(st.sampled_from(SVT_PARAMETERS))  # often equal: equal events
-            releases.append(ReleaseSpec(f"r{i}", "svt", metric="count", maximum=200.0, weight=weight, **parameters))
+            releases.append(SvtSpec(f"r{i}", metric="count", maximum=200.0, weight=weight, **parameters))
+        elif kind == "topk":
+            releases.append(TopKSpec(f"r{i}", partitions=("A", "B", "C"), k=1, weight=weight))
         else:
-            releases.append(ReleaseSpec(f"r{i}", kind, partitions=("A", "B", "C"), k=1, weight=weight))
+            releases.append(HistogramSpec(f"r{i}", partitions=("A", "B", "C"), weight=weight))
     monitors = [r.name for r in releases if r.kind == "svt"]
     continued = frozenset(draw(st.lists(st.sampled_from(monitors), unique=True))) if monitors else frozenset()
     return tuple(releases), continued
@@ -157,7 +159,7 @@ def test_the_debit_is_the_new_releases_and_the_new_monitors_events(job):
 
 
 def test_continuing_a_monitor_the_plan_does_not_have_is_an_error():
-    plan = plan_job((ReleaseSpec("alerts", "svt", metric="count", maximum=200.0, threshold=0.5, sigma_threshold=0.3),),
+    plan = plan_job((SvtSpec("alerts", metric="count", maximum=200.0, threshold=0.5, sigma_threshold=0.3),),
                     BOUNDS, WINDOW, 8.0, 1e-6)
     assert plan.events(frozenset({"alerts"})) == ()
     with pytest.raises(ValueError, match="no fixed events named \\['other'\\]"):

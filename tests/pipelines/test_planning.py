@@ -15,20 +15,22 @@ from dpstream.pipelines.mechanisms.fixedpoint import to_units
 from dpstream.pipelines.transforms.histogram import _HistogramMechanism, histogram_release
 from dpstream.pipelines.mechanisms.noise import SecureRandom, granularity
 from dpstream.pipelines.transforms.peak import peak_release
-from dpstream.pipelines.planning.job import SELECTION_DELTA_SHARE, PlanningError, grid_noise, normalised_sensitivity, plan_job
-from dpstream.pipelines.config.specs import ContributionBounds, ReleaseSpec, SpecError, WindowSpec
+from dpstream.pipelines.planning.histogram import SELECTION_DELTA_SHARE
+from dpstream.pipelines.planning import PlanningError, plan_job
+from dpstream.pipelines.planning.grid import grid_noise, normalised_sensitivity
+from dpstream.pipelines.config.specs import ContributionBounds, HistogramSpec, PeakSpec, SpecError, SvtSpec, TopKSpec, WindowSpec
 from dpstream.pipelines.transforms.topk import topk_release
 from tests.pipelines.helpers import DAY, START
 
 LETTERS = tuple("ABCDEFGHIJ")
 WINDOW = WindowSpec(size=DAY, start=START, end=START + 60 * DAY)
 RELEASES = (
-    ReleaseSpec("laplace", "histogram", noise="laplace", partitions=LETTERS),
-    ReleaseSpec("gaussian", "histogram", weight=2.0, partitions=LETTERS),
-    ReleaseSpec("unknown", "histogram"),
-    ReleaseSpec("truncated", "histogram", selection="truncated"),
-    ReleaseSpec("top", "topk", k=3, partitions=LETTERS, counts=True),
-    ReleaseSpec("peak", "peak", period=7 * DAY, maximum=5000.0),
+    HistogramSpec("laplace", noise="laplace", partitions=LETTERS),
+    HistogramSpec("gaussian", weight=2.0, partitions=LETTERS),
+    HistogramSpec("unknown"),
+    HistogramSpec("truncated", selection="truncated"),
+    TopKSpec("top", k=3, partitions=LETTERS, counts=True),
+    PeakSpec("peak", period=7 * DAY, maximum=5000.0),
 )
 
 
@@ -90,7 +92,7 @@ def test_run_events_never_exceed_planned_events(bounds):
                                     ContributionBounds(max_partitions=4, max_contributions=3, min_value=2.0, max_value=2.0),
                                     ContributionBounds(max_partitions=2, max_contributions=1)])
 def test_distinct_selection_is_as_noisy_as_the_sum_selection_and_never_above_plan(bounds):
-    releases = (ReleaseSpec("sum", "histogram"), ReleaseSpec("distinct", "histogram", selection="distinct"))
+    releases = (HistogramSpec("sum"), HistogramSpec("distinct", selection="distinct"))
     plan = plan_job(releases, bounds, WINDOW, 2.0, 1e-6)
     distinct, single = plan["distinct"], plan["sum"]
     assert distinct.event == single.event  # same calibration entry, same budget
@@ -108,7 +110,7 @@ def test_distinct_selection_is_as_noisy_as_the_sum_selection_and_never_above_pla
 def test_distinct_selection_needs_a_counting_job():
     bounds = ContributionBounds(max_partitions=2, min_value=0.0, max_value=5.0)
     with pytest.raises(PlanningError, match='release \'d\': selection "distinct" needs a counting job'):
-        plan_job((ReleaseSpec("d", "histogram", selection="distinct"),), bounds, WINDOW, 1.0, 1e-6)
+        plan_job((HistogramSpec("d", selection="distinct"),), bounds, WINDOW, 1.0, 1e-6)
 
 
 @pytest.mark.parametrize("value", [0.1, -0.3, 0.5])  # not dyadic (quantised to 2**-33, 2**-31), dyadic
@@ -116,7 +118,7 @@ def test_distinct_selection_with_a_fractional_count_is_exact_and_never_above_pla
     """A fractional counting value lies on its value grid after quantisation, so sums and extras are exact int64
     units and the run's event stays within the plan (formerly refused: float extras could exceed the allowance)."""
     bounds = ContributionBounds(max_partitions=2, max_contributions=3, min_value=value, max_value=value)
-    distinct = plan_job((ReleaseSpec("d", "histogram", selection="distinct"),), bounds, WINDOW, 2.0, 1e-6)["d"]
+    distinct = plan_job((HistogramSpec("d", selection="distinct"),), bounds, WINDOW, 2.0, 1e-6)["d"]
     assert distinct.unit_value == bounds.quantised_range[0] and distinct.sensitivity == bounds.linf
     units = np.array([1, 50, 3000, 3000])
     records = units * np.array([1, 2, 3, 1])
@@ -155,8 +157,8 @@ def test_planner_and_mechanism_agree_on_when_sums_are_rounded(quantum, noise, no
 
 
 def test_peak_and_svt_plan_the_rounding_of_their_division():
-    releases = (ReleaseSpec("peak", "peak", period=7 * DAY, maximum=1100.0),
-                ReleaseSpec("alerts", "svt", metric="count", maximum=500.0, threshold=0.5, sigma_threshold=0.2))
+    releases = (PeakSpec("peak", period=7 * DAY, maximum=1100.0),
+                SvtSpec("alerts", metric="count", maximum=500.0, threshold=0.5, sigma_threshold=0.2))
     plan = plan_job(releases, ContributionBounds(max_partitions=2), WINDOW, 2.0, 1e-6)
     assert plan["peak"].sensitivity == normalised_sensitivity(2.0, 1100.0) > 2.0 / 1100.0
     assert plan["alerts"].sensitivity == normalised_sensitivity(2.0, 500.0) > 2.0 / 500.0
@@ -196,12 +198,19 @@ def test_clamped_rows_are_the_unclamped_rows_clamped():
     assert any(r["value"] < 0 for r in raw_rows)
 
 
+@pytest.mark.parametrize("fields, message", [
+    ({"k": 2, "partitions": None}, "release 't': topk needs a public partitions list"),
+    ({"k": 4, "partitions": ("a", "b")}, "release 't': k must be at most the 2 listed partitions, got 4"),
+])
+def test_topk_spec_errors_name_the_release(fields, message):
+    with pytest.raises(SpecError, match=message):
+        TopKSpec("t", **fields)
+
+
 @pytest.mark.parametrize("release, message", [
-    (ReleaseSpec("t", "topk", k=2), "topk needs a public partitions list"),
-    (ReleaseSpec("t", "topk", k=4, partitions=("a", "b")), "k must be at most the 2 listed partitions, got 4"),
-    (ReleaseSpec("p", "peak", period=1.5 * DAY, maximum=100.0), "multiple of the window step"),
-    (ReleaseSpec("p", "peak", period=7 * DAY, maximum=1.0), "maximum must be at least the L1 sensitivity 2"),
-    (ReleaseSpec("s", "svt", maximum=1.0, threshold=0.5, sigma_threshold=0.2), "maximum must be at least the sensitivity 2"),
+    (PeakSpec("p", period=1.5 * DAY, maximum=100.0), "multiple of the window step"),
+    (PeakSpec("p", period=7 * DAY, maximum=1.0), "maximum must be at least the L1 sensitivity 2"),
+    (SvtSpec("s", maximum=1.0, threshold=0.5, sigma_threshold=0.2), "maximum must be at least the sensitivity 2"),
 ])
 def test_plan_errors_name_the_release(release, message):
     with pytest.raises(PlanningError, match=message):
@@ -210,4 +219,4 @@ def test_plan_errors_name_the_release(release, message):
 
 def test_peak_spec_needs_a_public_maximum():
     with pytest.raises(SpecError, match="release 'p': maximum must be a positive number"):
-        ReleaseSpec("p", "peak", period=7 * DAY)
+        PeakSpec("p", period=7 * DAY, maximum=None)

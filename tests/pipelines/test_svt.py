@@ -15,8 +15,8 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from dpstream.pipelines.config import jobfile
 from dpstream.pipelines.transforms.graph import release_graph
-from dpstream.pipelines.planning.job import PlanningError, plan_job
-from dpstream.pipelines.config.specs import ContributionBounds, ReleaseSpec, SpecError, WindowSpec
+from dpstream.pipelines.planning import PlanningError, plan_job
+from dpstream.pipelines.config.specs import ContributionBounds, HistogramSpec, SpecError, SvtSpec, WindowSpec
 from dpstream.pipelines.transforms.svt import HALTED_NOTE, MonitorRun, window_query
 from tests.pipelines.helpers import DAY, START, events
 
@@ -30,10 +30,10 @@ USERS = 400
 LATE = True
 
 
-def _release(**changes) -> ReleaseSpec:
-    fields = dict(name="alerts", kind="svt", metric="share", maximum=float(USERS), threshold=0.5, sigma_threshold=0.05)
+def _release(**changes) -> SvtSpec:
+    fields = dict(name="alerts", metric="share", maximum=float(USERS), threshold=0.5, sigma_threshold=0.05)
     fields.update(changes)
-    return ReleaseSpec(**fields)
+    return SvtSpec(**fields)
 
 
 def _day_events(day: int, late: bool = False):
@@ -187,7 +187,7 @@ def test_planning_refuses_a_budget_without_one_instance():
 
 
 def test_monitor_budget_is_its_weight_share_and_debited_only_when_opened():
-    releases = (_release(weight=1.0), ReleaseSpec("h", "histogram", partitions=("A",), weight=3.0))
+    releases = (_release(weight=1.0), HistogramSpec("h", partitions=("A",), weight=3.0))
     plan = plan_job(releases, BOUNDS, WINDOW, 8.0, 1e-6)
     monitor = plan["alerts"]
     assert monitor.epsilon == pytest.approx(2.0) and monitor.epsilon < 2.0 and monitor.delta < 0.25e-6

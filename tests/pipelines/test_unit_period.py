@@ -7,19 +7,20 @@ import pytest
 
 from dpstream.accounting.accountant import Accountant
 from dpstream.pipelines.config import jobfile
-from dpstream.pipelines.planning.job import PlanningError, plan_job, unit_runs
-from dpstream.pipelines.config.specs import ContributionBounds, ReleaseSpec, WindowSpec
+from dpstream.pipelines.planning import PlanningError, plan_job
+from dpstream.pipelines.planning.windows import unit_runs
+from dpstream.pipelines.config.specs import ContributionBounds, HistogramSpec, PeakSpec, TopKSpec, WindowSpec
 from tests.pipelines.helpers import DAY, START, bounded_sums, events, random_events
 
 LETTERS = tuple("ABCDEF")
 BOUNDS = ContributionBounds(max_partitions=2, max_contributions=3)
 WINDOW = WindowSpec(size=DAY, start=START, end=START + 28 * DAY)
 RELEASES = (
-    ReleaseSpec("counts", "histogram", partitions=LETTERS),
-    ReleaseSpec("rough", "histogram", noise="laplace", partitions=LETTERS),
-    ReleaseSpec("unknown", "histogram"),
-    ReleaseSpec("top", "topk", k=2, partitions=LETTERS),
-    ReleaseSpec("peak", "peak", period=7 * DAY, maximum=5000.0),
+    HistogramSpec("counts", partitions=LETTERS),
+    HistogramSpec("rough", noise="laplace", partitions=LETTERS),
+    HistogramSpec("unknown"),
+    TopKSpec("top", k=2, partitions=LETTERS),
+    PeakSpec("peak", period=7 * DAY, maximum=5000.0),
 )
 
 

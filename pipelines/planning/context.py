@@ -1,0 +1,52 @@
+"""What every release planner reads, and what it hands back: the planning context and a release's draft.
+
+Planning has two steps (`job.plan_job`): each release's planner turns its spec into a `Draft` (the calibration
+entries whose noise scales together, and the fixed events whose cost does not), one calibration sizes every
+entry's noise for the whole job, and each draft then finishes its plan from the calibrated events. Everything
+here is public: specs, bounds, the window range and the job's budget.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Callable, Generic, Mapping, TypeVar
+
+from dpstream.accounting.calibrate import CalibratedRelease, FixedEvent, Release
+from dpstream.pipelines.config.specs import ContributionBounds, ReleaseSpec, WindowSpec
+from dpstream.pipelines.planning.windows import unit_runs
+
+
+@dataclass(frozen=True)
+class PlanningContext:
+    """The job's public values: its releases (all of them: shares depend on the others), bounds, window range,
+    budget and privacy unit (`unit_period` seconds for user x period, None for a user over the whole range)."""
+
+    releases: tuple[ReleaseSpec, ...]
+    bounds: ContributionBounds
+    window: WindowSpec
+    epsilon: float
+    delta: float
+    unit_period: float | None = None
+
+    @cached_property
+    def windows(self) -> int:
+        """How many windows one privacy unit can touch (`windows.unit_runs`): each window-release composes this often."""
+        return unit_runs(self.window, self.unit_period)
+
+    @property
+    def total_weight(self) -> float:
+        return math.fsum(r.weight for r in self.releases)
+
+
+PlanT = TypeVar("PlanT", covariant=True)
+
+
+@dataclass(frozen=True)
+class Draft(Generic[PlanT]):
+    """A release before calibration: its calibration entries, its fixed events, and how to finish its plan
+    from the calibrated entries (by name)."""
+
+    entries: tuple[Release, ...]
+    fixed: tuple[FixedEvent, ...]
+    finish: Callable[[Mapping[str, CalibratedRelease]], PlanT]

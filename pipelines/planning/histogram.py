@@ -1,0 +1,239 @@
+"""Planning a windowed histogram: Laplace or Gaussian noise over public partitions, or a private selection of
+partitions not known in advance (Gaussian thresholding, distinct-unit thresholding or the truncated Gaussian).
+
+What a histogram costs (events of one window; a unit's windows, `PlanningContext.windows`, compose):
+- known partitions, Laplace: `Laplace(scale, L1)`; Gaussian: `Gaussian(sigma, L2)`;
+- unknown partitions, selection "gaussian" (the default): `GaussianThreshold(sigma, L2, delta_selection)`
+  (a Gaussian on the partitions both neighbours hold, a unit's own partitions released with probability at
+  most delta_selection), composed with every other release by the PLD bound; "truncated":
+  `ZCDP(rho, delta_selection)`, rho = L0 Linf^2 / (2 sigma^2) (Cesar–Rogers Lemma 6.4), composed by zCDP/RDP
+  only; "distinct" (counting jobs): the GaussianThreshold of "gaussian", its mu split between the noisy number
+  of distinct units and the noisy records beyond each unit's first (`distinct_sigmas`). delta_selection is
+  SELECTION_DELTA_SHARE of the job's delta, shared evenly over every selection run; sigma is calibrated.
+Proofs: docs/proofs/pipelines.planning.job.plan_job.md, and the mechanisms' notes.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from dpstream.accounting.calibrate import Release
+from dpstream.accounting.events import ZCDP, Event, Gaussian, GaussianThreshold, Laplace
+from dpstream.pipelines.config.specs import ContributionBounds, HistogramSpec, Noise, Selection
+from dpstream.pipelines.planning.context import Draft, PlanningContext
+from dpstream.pipelines.planning.errors import PlanningError
+from dpstream.pipelines.planning.grid import grid_noise
+
+SELECTION_MECHANISMS = {"gaussian": "gaussian_threshold", "truncated": "truncated_gaussian", "distinct": "distinct_threshold"}
+"""Job-file `selection` value -> mechanism for histograms over unknown partitions."""
+
+SELECTION_DELTA_SHARE = 0.25
+"""Share of the job's delta given to the selection events of unknown-partition histograms.
+
+It trades the selection cutoff against every release's noise: the cutoff is
+Linf + sigma z with z the normal quantile at (share delta / runs / L0), which
+moves by about 2.5% per halving of the share near delta = 1e-6, while the rest
+of the delta goes to the privacy-loss curve of the whole job. Measured on the
+flights benchmark (5 partitions x 2 contributions, delta 1e-6, one window per
+unit): share 0.5 -> 0.25 lowers the noise of every release by 1.2-1.6% and
+raises the cutoff by 1.2% (benchmarks/pipelines.py).
+"""
+
+
+@dataclass(frozen=True)
+class _SelectionRelease(Release):
+    """A calibration entry for partition selection: Gaussian thresholding or truncated Gaussian.
+
+    `sensitivity` is the L2 sensitivity sqrt(L0) * tau, so a run's rho =
+    sensitivity^2 / (2 sigma^2) as for a Gaussian of that sensitivity; the run's
+    event keeps the fixed selection delta: `GaussianThreshold` (its dominating
+    pair, composed by the PLD bound) or, truncated, `ZCDP(rho, delta)`
+    (Cesar–Rogers Lemma 6.4, approximate zCDP).
+    """
+
+    selection_delta: float = 0.0
+    truncated: bool = False
+
+    def event(self, rho_share: float) -> Event:
+        if self.truncated:
+            return ZCDP(rho=rho_share / self.count, delta=self.selection_delta)
+        return GaussianThreshold(sigma=self.sensitivity / math.sqrt(2.0 * rho_share / self.count),
+                                 sensitivity=self.sensitivity, delta=self.selection_delta)
+
+
+def distinct_sigmas(event: GaussianThreshold, bounds: ContributionBounds) -> tuple[float, float | None]:
+    """(sigma of the noisy distinct units, sigma of the noisy extra records or None) for selection "distinct".
+
+    The calibrated event has mu = L2 / sigma with L2 = sqrt(L0) Linf. With
+    v = |value| (a counting job) and k = Linf / v, the units get mu^2 / k and
+    the extra (sensitivity sqrt(L0) (Linf - v)) the rest, so the run's
+    mu^2 = mu_units^2 + mu_extra^2 stays at the planned mu^2 (each sigma then
+    enlarged for the grid, `grid_noise`, and by 1e-12 for roundings). This
+    split minimises the variance of the released value v units + extra,
+    (L0 / mu^2)(v^2 / f + (Linf - v)^2 / (1 - f)) over the share f, at
+    f = v / Linf, where it equals sigma^2: the values are as noisy as with one
+    noisy count, while the cutoff is one unit plus a margin in sigma_units.
+    """
+    value, root = abs(bounds.quantised_range[0]), math.sqrt(bounds.max_partitions)
+    mu = event.mu * (1.0 - 1e-12)
+    share = value / bounds.linf
+    units, _ = grid_noise(root / (mu * math.sqrt(share)), root, 1.0, bounds.max_partitions, norm=2)
+    if share >= 1.0:
+        return units, None
+    extra_sensitivity = root * (bounds.linf - value)
+    extra = extra_sensitivity / (mu * math.sqrt(1.0 - share))
+    extra, _ = grid_noise(extra, extra_sensitivity, bounds.quantum, bounds.max_partitions, norm=2)
+    return units, extra
+
+
+def _value_range(spec: HistogramSpec, bounds: ContributionBounds) -> tuple[float, float]:
+    """Where a histogram's released values are clamped: the bounded sums' range, or nowhere (`clamp = false`)."""
+    return bounds.sum_range if spec.clamp else (-math.inf, math.inf)
+
+
+def _stddev(mechanism: str, noise: float) -> float:
+    return math.sqrt(2.0) * noise if mechanism == "laplace" else noise
+
+
+@dataclass(frozen=True)
+class HistogramPlan:
+    """A windowed histogram: one noisy value per partition and window.
+
+    mechanism: laplace or gaussian (known partitions), gaussian_threshold or truncated_gaussian (unknown);
+    noise: Laplace scale or Gaussian sigma; sensitivity: L1, L2, or tau = Linf (the selection mechanisms);
+    value_range: public interval released values are clamped to (`mechanisms.clamp_to_range`), unbounded
+    when the release asks for unclamped values. distinct_threshold only: noise is the sigma of the noisy
+    number of distinct units, extra_noise that of the records beyond each unit's first (None when a unit
+    adds one record), unit_value what one record adds.
+    """
+
+    spec: HistogramSpec
+    mechanism: str
+    runs: int
+    noise: float
+    sensitivity: float
+    max_partitions: int
+    event: Event
+    selection_delta: float | None = None
+    value_range: tuple[float, float] = (-math.inf, math.inf)
+    extra_noise: float | None = None
+    unit_value: float | None = None
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def noise_stddev(self) -> float:
+        if self.counts_units:
+            return math.hypot(self.unit_value * self.noise, self.extra_noise or 0.0)
+        return _stddev(self.mechanism, self.noise)
+
+    @property
+    def counts_units(self) -> bool:
+        """True when the mechanism needs each partition's number of distinct users besides its sum."""
+        return self.mechanism == "distinct_threshold"
+
+    @property
+    def selects(self) -> bool:
+        """True for unknown partitions: the mechanism chooses which partitions appear."""
+        return self.mechanism in SELECTION_MECHANISMS.values()
+
+    def describe(self) -> str:
+        lower, upper = self.value_range
+        if lower == -math.inf and upper == math.inf:
+            return self._describe_noise()
+        interval = f"{'(' if lower == -math.inf else '['}{lower:g}, {upper:g}{')' if upper == math.inf else ']'}".replace("inf", "infinity")
+        return (f"{self._describe_noise()} Released values are clamped to {interval}, the range a bounded sum can "
+                f"take: no value moves further from the truth, but totals over partitions come out high.")
+
+    def _describe_noise(self) -> str:
+        if self.mechanism == "distinct_threshold":
+            extra = ("" if self.extra_noise is None else
+                     f" plus the records beyond each unit's first with independent discrete Gaussian noise "
+                     f"sigma={self.extra_noise:.6g}")
+            return (
+                f"Histogram {self.name!r} over partitions not known in advance, one release per window ({self.runs} "
+                f"windows composed per privacy unit): each observed partition's number of distinct privacy units gets "
+                f"discrete Gaussian noise with sigma={self.noise:.6g}, and only partitions whose noisy number clears a "
+                f"cutoff appear, set so that one privacy unit's own partitions show with probability at most "
+                f"{self.selection_delta:.3g}; a partition's value is that noisy number times {self.unit_value:g}{extra} "
+                f"(standard deviation {self.noise_stddev:.6g}; per window {self.event!r})."
+            )
+        if self.mechanism == "gaussian_threshold":
+            return (
+                f"Histogram {self.name!r} over partitions not known in advance, one release per window ({self.runs} "
+                f"windows composed per privacy unit): each observed partition's bounded sum gets discrete Gaussian noise "
+                f"with sigma={self.noise:.6g}, and only partitions whose noisy value clears a cutoff appear, set so that "
+                f"one privacy unit's own partitions show with probability at most {self.selection_delta:.3g} "
+                f"(Gaussian thresholding; per window {self.event!r})."
+            )
+        if self.mechanism == "truncated_gaussian":
+            return (
+                f"Histogram {self.name!r} over partitions not known in advance, one release per window ({self.runs} "
+                f"windows composed per privacy unit): each observed partition's bounded sum gets discrete Gaussian noise with sigma={self.noise:.6g} "
+                f"truncated to a public level, and only partitions whose noisy value clears threshold + truncation appear "
+                f"(Cesar–Rogers Algorithm 2; per window {self.event!r}, the truncation spending delta={self.selection_delta:.3g})."
+            )
+        norm = "L1" if self.mechanism == "laplace" else "L2"
+        return (
+            f"Histogram {self.name!r} over {len(self.spec.partitions)} public partitions, one release per window "
+            f"({self.runs} windows composed per privacy unit): every listed partition appears, empty or not, with discrete {self.mechanism} noise "
+            f"(noise parameter {self.noise:.6g}, standard deviation {self.noise_stddev:.6g}) calibrated to the "
+            f"{norm} sensitivity {self.sensitivity:.6g} of one user's bounded contributions (per window {self.event!r})."
+        )
+
+
+def selection_delta(context: PlanningContext) -> float:
+    """Each selection run's delta: SELECTION_DELTA_SHARE of the job's delta, shared evenly over every window of
+    every histogram over unknown partitions that one unit can touch."""
+    selections = sum(isinstance(r, HistogramSpec) and r.partitions is None for r in context.releases)
+    return SELECTION_DELTA_SHARE * context.delta / (selections * context.windows)
+
+
+def draft(spec: HistogramSpec, context: PlanningContext) -> Draft[HistogramPlan]:
+    """The histogram's calibration entry (one per window a unit can touch) and how its plan is finished."""
+    bounds, windows = context.bounds, context.windows
+    if spec.partitions is not None:
+        sensitivity = bounds.l1 if spec.noise == Noise.LAPLACE else bounds.l2
+        entry = Release(spec.name, spec.noise.value, spec.weight, sensitivity, windows)
+        return Draft((entry,), (), lambda calibrated: _known(spec, context, calibrated[spec.name].event))
+    if spec.selection == Selection.DISTINCT and not bounds.counting:
+        raise PlanningError(f"release {spec.name!r}: selection \"distinct\" needs a counting job (min_value = "
+                            f"max_value: every record worth the same), got min_value={bounds.min_value!r}, "
+                            f"max_value={bounds.max_value!r}")
+    delta = selection_delta(context)
+    entry = _SelectionRelease(spec.name, "gaussian", spec.weight, bounds.l2, windows, selection_delta=delta,
+                              truncated=spec.selection == Selection.TRUNCATED)
+    return Draft((entry,), (), lambda calibrated: _unknown(spec, context, calibrated[spec.name].event, delta))
+
+
+def _known(spec: HistogramSpec, context: PlanningContext, event: Event) -> HistogramPlan:
+    bounds = context.bounds
+    if isinstance(event, Laplace):
+        noise, norm = event.scale, 1
+    elif isinstance(event, Gaussian):
+        noise, norm = event.sigma, 2
+    else:
+        raise TypeError(f"histogram {spec.name!r} was calibrated to {event!r}, not Laplace or Gaussian noise")
+    noise, _ = grid_noise(noise, event.sensitivity, bounds.quantum, bounds.max_partitions, norm)
+    return HistogramPlan(spec, spec.noise.value, context.windows, noise, event.sensitivity, bounds.max_partitions,
+                         event, value_range=_value_range(spec, bounds))
+
+
+def _unknown(spec: HistogramSpec, context: PlanningContext, event: Event, delta: float) -> HistogramPlan:
+    bounds = context.bounds
+    mechanism = SELECTION_MECHANISMS[spec.selection]
+    common = (spec, mechanism, context.windows)
+    if spec.selection == Selection.DISTINCT and isinstance(event, GaussianThreshold):
+        units, extra = distinct_sigmas(event, bounds)
+        return HistogramPlan(*common, units, bounds.linf, bounds.max_partitions, event, delta,
+                             _value_range(spec, bounds), extra_noise=extra, unit_value=bounds.quantised_range[0])
+    if isinstance(event, GaussianThreshold):
+        sigma, _ = grid_noise(event.sigma, event.sensitivity, bounds.quantum, bounds.max_partitions, norm=2)
+    elif isinstance(event, ZCDP):
+        sigma = bounds.linf * math.sqrt(bounds.max_partitions / (2.0 * event.rho))
+        sigma, _ = grid_noise(sigma, bounds.linf, bounds.quantum, changed=1, norm=1)
+    else:
+        raise TypeError(f"histogram {spec.name!r} was calibrated to {event!r}, not a selection event")
+    return HistogramPlan(*common, sigma, bounds.linf, bounds.max_partitions, event, delta, _value_range(spec, bounds))

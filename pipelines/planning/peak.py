@@ -1,0 +1,101 @@
+"""Planning a peak release: per period, the window with the largest total by Gaussian report-noisy-max.
+
+What it costs: `PureDP(epsilon)` once per period of at least two windows that a unit can touch
+(Lebensold–Precup–Balle Thm 8); sigma is solved from epsilon by bisection on the exact bound.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from dpstream.accounting.calibrate import Release
+from dpstream.accounting.events import Event, PureDP
+from dpstream.accounting.numerics import epsilon_from_delta_curve, expanding_upper
+from dpstream.accounting.selection import report_noisy_max_epsilon
+from dpstream.pipelines.config.specs import PeakSpec, WindowSpec
+from dpstream.pipelines.planning.context import Draft, PlanningContext
+from dpstream.pipelines.planning.errors import PlanningError
+from dpstream.pipelines.planning.grid import normalised_sensitivity
+from dpstream.pipelines.planning.windows import check_unit_period, period_sizes
+
+
+def _peak_sigma(sizes: tuple[int, ...], epsilon: float, sensitivity: float) -> float:
+    """The smallest sigma (rounded up) with report_noisy_max_epsilon(d, sigma, sensitivity) <= epsilon for all d."""
+    sigma = 0.0
+    for d in sorted({d for d in sizes if d >= 2}):
+        def spent(s: float, d: int = d) -> float:
+            return float(report_noisy_max_epsilon(d, s, sensitivity, 0.0, 1.0))
+
+        upper = expanding_upper(spent, epsilon, start=sensitivity / epsilon, limit=1e12)
+        while upper / 2 > 1e-3 * sensitivity and spent(upper / 2) <= epsilon:
+            upper /= 2
+        sigma = max(sigma, epsilon_from_delta_curve(spent, epsilon, upper, lower=upper / 2, rtol=1e-9, atol=0.0))
+    if not math.isfinite(sigma) or sigma <= 0:
+        raise PlanningError(f"no report-noisy-max sigma meets epsilon={epsilon!r} for period sizes {sorted(set(sizes))}")
+    return sigma
+
+
+def _peak_runs(window: WindowSpec, unit_period: float | None, period: float, sizes: tuple[int, ...]) -> int:
+    """Report-noisy-max runs one unit can touch: peak periods of at least two windows overlapping its unit period."""
+    per_period = round(period / window.step)
+    if unit_period is None:
+        return sum(1 for d in sizes if d >= 2)
+    per_unit = check_unit_period(window, unit_period)
+    total = window.count
+    return max(sum(1 for q in range(first // per_period, (min(first + per_unit, total) - 1) // per_period + 1)
+                   if sizes[q] >= 2)
+               for first in range(0, total, per_unit))
+
+
+@dataclass(frozen=True)
+class PeakPlan:
+    """Per period, the window with the largest total by Gaussian report-noisy-max on totals / maximum in [0, 1].
+
+    sigma is in normalised units; epsilon is the planned per-period bound, which
+    `report_noisy_max_epsilon(d, sigma, sensitivity)` meets for every period size d in `period_sizes`.
+    """
+
+    spec: PeakSpec
+    runs: int  # periods with at least two windows
+    windows_per_period: int
+    period_sizes: tuple[int, ...]  # windows in each period, in order
+    sigma: float
+    sensitivity: float  # L1 / maximum, plus the division's rounding (normalised_sensitivity)
+    epsilon: float
+    event: Event
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def describe(self) -> str:
+        return (
+            f"Peak window {self.name!r}: for each of {len(self.period_sizes)} periods of {self.windows_per_period} windows, "
+            f"the window with the largest total, by Gaussian report-noisy-max on totals divided by the public maximum "
+            f"{self.spec.maximum:g} and clipped to [0, 1] (sigma={self.sigma:.6g} in those units, sensitivity "
+            f"{self.sensitivity:.6g}); pure epsilon={self.epsilon:.6g} per period (Lebensold–Precup–Balle Thm 8)."
+        )
+
+
+def draft(spec: PeakSpec, context: PlanningContext) -> Draft[PeakPlan]:
+    """One pure-DP report-noisy-max per period of at least two windows that a unit can touch."""
+    where = f"release {spec.name!r}"
+    bounds, window = context.bounds, context.window
+    if bounds.l1 > spec.maximum:
+        raise PlanningError(f"{where}: maximum must be at least the L1 sensitivity {bounds.l1:g} of a window total, "
+                            f"got {spec.maximum!r}")
+    sizes = period_sizes(window, spec.period)
+    runs = _peak_runs(window, context.unit_period, spec.period, sizes)
+    if runs == 0:
+        raise PlanningError(f"{where}: every period holds a single window; period must cover at least 2 windows")
+    entry = Release(spec.name, "pure", spec.weight, 1.0, runs)
+    return Draft((entry,), (), lambda calibrated: _plan(spec, context, sizes, runs, calibrated[spec.name].event))
+
+
+def _plan(spec: PeakSpec, context: PlanningContext, sizes: tuple[int, ...], runs: int, event: Event) -> PeakPlan:
+    if not isinstance(event, PureDP):
+        raise TypeError(f"peak {spec.name!r} was calibrated to {event!r}, not pure DP")
+    sensitivity = normalised_sensitivity(context.bounds.l1, spec.maximum)
+    sigma = _peak_sigma(sizes, event.epsilon, sensitivity)
+    return PeakPlan(spec, runs, round(spec.period / context.window.step), sizes, sigma, sensitivity, event.epsilon,
+                    event)
