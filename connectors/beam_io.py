@@ -1,11 +1,13 @@
-"""Beam transforms over the connectors: `ReadEvents` yields EVENT_SCHEMA record batches."""
+"""Beam transforms over the connectors: `ReadEvents` reads files and `ToEvents` converts a PCollection of the user's
+own events; both yield EVENT_SCHEMA record batches."""
 from __future__ import annotations
 
 import apache_beam as beam
 import pyarrow as pa
 from apache_beam.metrics import Metrics
 
-from dpstream.connectors.readers import InputSpec, list_chunks, read_chunk
+from dpstream.connectors.readers import InputSpec, list_chunks, read_chunk, to_events
+from dpstream.connectors.schema import EventColumns
 
 
 class _ReadChunk(beam.DoFn):
@@ -51,3 +53,45 @@ class ReadEvents(beam.PTransform):
             | "Spread chunks" >> beam.Reshuffle()
             | "Read batches" >> beam.ParDo(_ReadChunk(self.spec)).with_output_types(pa.RecordBatch)
         )
+
+
+class _ElementsToEvents(beam.DoFn):
+    """A batch of elements (dicts, or Beam rows) or a pyarrow Table / RecordBatch -> one EVENT_SCHEMA batch."""
+
+    def __init__(self, columns: EventColumns, label: str) -> None:
+        self.columns, self.label = columns, label
+
+    def process(self, element):
+        if isinstance(element, (pa.Table, pa.RecordBatch)):
+            table = element if isinstance(element, pa.Table) else pa.Table.from_batches([element])
+        else:
+            rows = [row._asdict() if hasattr(row, "_asdict") else row for row in element]
+            keys = list(self.columns.columns.values())
+            table = pa.table({key: pa.array([row.get(key) for row in rows]) for key in keys})
+        if table.num_rows:
+            yield to_events(table, self.columns, self.label, lambda i: f"element {i} of a batch")
+
+
+class ToEvents(beam.PTransform):
+    """A PCollection of the user's events -> `pyarrow.RecordBatch` in `dpstream.connectors.schema.EVENT_SCHEMA`,
+    the input every private transform takes.
+
+    Elements are dicts (or Beam rows / named tuples) holding the mapped keys, batched here
+    (`beam.BatchElements`) and converted in one vectorised call per batch; with `tables=True` each element is
+    already a pyarrow Table or RecordBatch (e.g. from `beam.io.ReadFromParquetBatched`) and is converted as it
+    is. Keys and timestamps are read exactly as the file readers read them (`readers.to_events`): user and
+    partition as strings (integers allowed), timestamps by `timestamp_format` in `timezone`, value as a finite
+    number (1.0 for every event when `value` is None). A missing or bad value fails the pipeline with one line.
+    """
+
+    def __init__(self, user: str, timestamp: str, partition: str, value: str | None = None,
+                 timestamp_format: str = "auto", timezone: str = "UTC", tables: bool = False) -> None:
+        super().__init__()
+        self.columns = EventColumns(user, timestamp, partition, value, timestamp_format, timezone)
+        self.tables = tables
+
+    def expand(self, elements):
+        batches = elements if self.tables else elements | "Batch" >> beam.BatchElements(min_batch_size=1024,
+                                                                                         max_batch_size=65536)
+        return batches | "To events" >> beam.ParDo(_ElementsToEvents(self.columns, self.label)).with_output_types(
+            pa.RecordBatch)

@@ -37,6 +37,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 from dpstream.connectors import timestamps
 from dpstream.connectors.errors import InputError
 from dpstream.connectors.readers import to_events
+from dpstream.connectors.schema import EventColumns
 
 FORMAT = "pubsub"
 BATCH_MESSAGES = 1000
@@ -103,16 +104,6 @@ class PubSubSource:
         return mapping
 
 
-@dataclass(frozen=True)
-class _Conversion:
-    """What `readers.to_events` needs: the column mapping and how to read timestamps."""
-
-    columns: dict
-    value: str | None
-    timestamp_format: str
-    timezone: str
-
-
 def messages_to_events(source: PubSubSource, messages: list[tuple[bytes, int, str]]) -> pa.RecordBatch:
     """(data, element timestamp in microseconds, message id) triples -> one EVENT_SCHEMA record batch."""
     objects = []
@@ -132,11 +123,13 @@ def messages_to_events(source: PubSubSource, messages: list[tuple[bytes, int, st
             arrays[key] = pa.array(values)
         except (pa.ArrowInvalid, pa.ArrowTypeError):  # mixed JSON types: text, so the conversion names the value
             arrays[key] = pa.array([v if v is None or isinstance(v, str) else json.dumps(v) for v in values], pa.string())
-    conversion = _Conversion(columns, source.value, source.timestamp_format, source.timezone)
-    if source.timestamp_attribute is not None:
+    if source.timestamp_attribute is None:
+        conversion = EventColumns(source.user, columns["timestamp"], source.partition, source.value,
+                                  source.timestamp_format, source.timezone)
+    else:
         micros = np.fromiter((m[1] for m in messages), dtype=np.int64, count=len(messages))
         arrays[_EVENT_TIME] = pa.array(micros, pa.timestamp("us", tz="UTC"))
-        conversion = _Conversion({**columns, "timestamp": _EVENT_TIME}, source.value, "auto", source.timezone)
+        conversion = EventColumns(source.user, _EVENT_TIME, source.partition, source.value, "auto", source.timezone)
     return to_events(pa.table(arrays), conversion, source.path, lambda i: f"message {messages[i][2]}")
 
 

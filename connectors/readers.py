@@ -48,7 +48,7 @@ from dpstream.connectors import timestamps
 from dpstream.accounting.text import first_line
 from dpstream.connectors.errors import InputError, RowError
 from dpstream.connectors.files import filesystems, open_file
-from dpstream.connectors.schema import EVENT_SCHEMA
+from dpstream.connectors.schema import EVENT_SCHEMA, EventColumns
 
 FORMATS = ("parquet", "csv", "jsonl")
 CSV_BLOCK_BYTES = 1 << 22
@@ -73,19 +73,18 @@ class InputSpec:
     def __post_init__(self) -> None:
         if self.format not in FORMATS:
             raise ValueError(f"input.format must be one of {list(FORMATS)}, got {self.format!r}")
-        for key in ("path", "user", "timestamp", "partition"):
-            value = getattr(self, key)
-            if not isinstance(value, str) or not value:
-                raise ValueError(f"input.{key} must be a non-empty string, got {value!r}")
-        timestamps.check_format(self.timestamp_format, self.timezone)
+        if not isinstance(self.path, str) or not self.path:
+            raise ValueError(f"input.path must be a non-empty string, got {self.path!r}")
+        self.event_columns  # checks the columns and the timestamp format
+
+    @property
+    def event_columns(self) -> EventColumns:
+        return EventColumns(self.user, self.timestamp, self.partition, self.value, self.timestamp_format, self.timezone)
 
     @property
     def columns(self) -> dict[str, str]:
         """Event field -> input column."""
-        mapping = {"user": self.user, "timestamp": self.timestamp, "partition": self.partition}
-        if self.value is not None:
-            mapping["value"] = self.value
-        return mapping
+        return self.event_columns.columns
 
 
 @dataclass(frozen=True)
@@ -246,7 +245,7 @@ def _read_parquet(spec: InputSpec, chunk: Chunk) -> Iterator[pa.RecordBatch]:
             table = pq.ParquetFile(_seekable(raw)).read_row_group(chunk.row_group, columns=columns)
     except (OSError, pa.ArrowException) as err:
         raise InputError(f"{chunk.path}: row group {chunk.row_group}: cannot read: {err}") from err
-    yield to_events(table, spec, chunk.path, lambda i: chunk.first_row + i + 1)
+    yield to_events(table, spec.event_columns, chunk.path, lambda i: chunk.first_row + i + 1)
 
 
 def _read_csv(spec: InputSpec, chunk: Chunk) -> Iterator[pa.RecordBatch]:
@@ -267,7 +266,7 @@ def _read_csv(spec: InputSpec, chunk: Chunk) -> Iterator[pa.RecordBatch]:
             )
             for batch in reader:
                 start = first
-                yield to_events(pa.Table.from_batches([batch]), spec, chunk.path, lambda i: start + i + 2)
+                yield to_events(pa.Table.from_batches([batch]), spec.event_columns, chunk.path, lambda i: start + i + 2)
                 first += batch.num_rows
     except pa.ArrowInvalid as err:
         raise _locate_csv_error(chunk.path, err) from err
@@ -300,7 +299,7 @@ def _read_jsonl(spec: InputSpec, chunk: Chunk) -> Iterator[pa.RecordBatch]:
     if missing:
         raise InputError(f"{chunk.path}:1: column {missing[0]!r}: missing key (present: {', '.join(table.column_names)})")
     lines = _jsonl_line_numbers(data) if table.num_rows else np.zeros(0, dtype=np.int64)
-    yield to_events(table, spec, chunk.path, lambda i: int(lines[i]))
+    yield to_events(table, spec.event_columns, chunk.path, lambda i: int(lines[i]))
 
 
 _BLANK = np.zeros(256, dtype=bool)
@@ -363,8 +362,10 @@ def _locate_json_error(path: str, data: bytes, err: Exception) -> InputError:
 # -- conversion ------------------------------------------------------------------------------------
 
 
-def to_events(table: pa.Table, spec: InputSpec, path: str, row_of) -> pa.RecordBatch:
-    """Mapped columns of `table` -> one EVENT_SCHEMA batch; `row_of(i)` gives the row number to report."""
+def to_events(table: pa.Table, spec: EventColumns, path: str, row_of) -> pa.RecordBatch:
+    """Mapped columns of `table` -> one EVENT_SCHEMA batch; `row_of(i)` gives the row (or element) to report.
+
+    `path` names the input in errors (a file, a subscription, a PCollection)."""
 
     def convert(field: str, function):
         column = spec.columns[field]

@@ -6,10 +6,15 @@
     partition  string   the partition key (e.g. destination airport)
     value      float64  the value summed (1.0 when the job counts events)
 It lives with the connectors, which produce it, so that connectors never import the pipelines.
+`EventColumns` says which input column (or JSON key) holds each event field and how timestamps are read.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pyarrow as pa
+
+from dpstream.connectors import timestamps
 
 EVENT_SCHEMA = pa.schema(
     [
@@ -21,3 +26,36 @@ EVENT_SCHEMA = pa.schema(
 )
 
 MICROS = 1_000_000
+
+
+@dataclass(frozen=True)
+class EventColumns:
+    """Which input column (or JSON key) holds each event field, and how its timestamps are read.
+
+    value: None when the job counts events (every value 1.0). timestamp_format: auto, epoch_s, epoch_ms or
+    iso8601 (`connectors.timestamps`); timezone: the zone of timestamps without an offset.
+    """
+
+    user: str
+    timestamp: str
+    partition: str
+    value: str | None = None
+    timestamp_format: str = "auto"
+    timezone: str = "UTC"
+
+    def __post_init__(self) -> None:
+        for key in ("user", "timestamp", "partition"):
+            value = getattr(self, key)
+            if not isinstance(value, str) or not value:
+                raise ValueError(f"input.{key} must be a non-empty string, got {value!r}")
+        if self.value is not None and (not isinstance(self.value, str) or not self.value):
+            raise ValueError(f"input.value must be a non-empty string when given, got {self.value!r}")
+        timestamps.check_format(self.timestamp_format, self.timezone)
+
+    @property
+    def columns(self) -> dict[str, str]:
+        """Event field -> input column."""
+        mapping = {"user": self.user, "timestamp": self.timestamp, "partition": self.partition}
+        if self.value is not None:
+            mapping["value"] = self.value
+        return mapping

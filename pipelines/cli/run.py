@@ -14,9 +14,8 @@ import sys
 
 from dpstream.accounting.ledger import DEFAULT_URL, LEDGER_ENV
 from dpstream.pipelines.config import jobfile
+from dpstream.pipelines.run.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL  # no Beam import: the runner loads on use
 
-# Exit codes, as runner.EXIT_*; the runner (and Apache Beam) is imported only when a subcommand runs.
-EXIT_OK, EXIT_ERROR, EXIT_PARTIAL = 0, 2, 4
 
 
 def register(subparsers) -> None:

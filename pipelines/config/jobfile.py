@@ -15,11 +15,11 @@ import os
 import re
 import tomllib
 from dataclasses import dataclass
-from datetime import date, datetime, time, timezone as dt_timezone
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from dpstream.connectors import readers, writers
+from dpstream.pipelines.config.times import duration_seconds, instant_seconds
 from dpstream.pipelines.config.specs import (
     ContributionBounds, HistogramSpec, Noise, PeakSpec, ReleaseKind, ReleaseSpec, Selection, SpecError, SvtMethod,
     SvtMetric, SvtSpec, TopKSpec, WindowSpec,
@@ -56,19 +56,10 @@ REQUIRED = {
     "privacy": ("scope", "epsilon", "delta"),
     "release": ("kind", "name"),
 }
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")  # gs://bucket/dir, s3://..., hdfs://...: kept as given
 
 
-def duration_seconds(value) -> float:
-    """Seconds from a number or a string like "1d", "6h", "30m", "90s", "2w"; NaN when it is neither."""
-    if isinstance(value, str) and (match := _DURATION.match(value)):
-        return float(match.group(1)) * _UNITS[match.group(2)]
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    return math.nan
 
 
 class JobFileError(ValueError):
@@ -441,18 +432,7 @@ class _Checker:
 
     def instant(self, table: dict, where: str, key: str, timezone: str) -> float:
         """Seconds since the epoch from an ISO date or date-time; without an offset, local time in `timezone`."""
-        value = self._get(table, where, key, _MISSING)
-        if isinstance(value, str):
-            try:
-                value = datetime.fromisoformat(value)
-            except ValueError:
-                self.fail(f"{where}.{key} must be an ISO 8601 date or date-time such as 2013-01-01, got {value!r}")
-        if isinstance(value, datetime):
-            moment = value
-        elif isinstance(value, date):
-            moment = datetime.combine(value, time())
-        else:
-            self.fail(f"{where}.{key} must be an ISO 8601 date or date-time such as 2013-01-01, got {value!r}")
-        if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=ZoneInfo(timezone))
-        return moment.astimezone(dt_timezone.utc).timestamp()
+        try:
+            return instant_seconds(self._get(table, where, key, _MISSING), timezone)
+        except ValueError as err:
+            self.fail(f"{where}.{key} {err}")

@@ -16,6 +16,7 @@ from typing import ClassVar, Union
 
 import numpy as np
 
+from dpstream.pipelines.config.times import duration_seconds, instant_seconds
 from dpstream.pipelines.mechanisms.fixedpoint import MAX_CONTRIBUTIONS, to_units, value_quantum
 
 
@@ -59,6 +60,20 @@ class WindowSpec:
                  f"window.end must be after window.start, got start={self.start!r}, end={self.end!r}")
         _require(math.isfinite(self.allowed_lateness) and self.allowed_lateness >= 0,
                  f"window.allowed_lateness must be a non-negative number of seconds, got {self.allowed_lateness!r}")
+
+    @classmethod
+    def of(cls, size: str | float, start: object, end: object, *, period: str | float | None = None,
+           timezone: str = "UTC", allowed_lateness: str | float = 0.0) -> "WindowSpec":
+        """Windows in the job file's terms: durations such as "1d" or seconds, and ISO dates or date-times
+        (local time in `timezone` when they have no offset), e.g. WindowSpec.of("1d", "2013-01-01", "2014-01-01")."""
+        durations = {"size": size, "period": period, "allowed_lateness": allowed_lateness}
+        seconds = {name: None if value is None else duration_seconds(value) for name, value in durations.items()}
+        try:
+            instants = {"start": instant_seconds(start, timezone), "end": instant_seconds(end, timezone)}
+        except ValueError as err:
+            raise SpecError(f"window start and end {err}") from None
+        return cls(size=seconds["size"] or math.nan, start=instants["start"], end=instants["end"],
+                   period=seconds["period"], allowed_lateness=seconds["allowed_lateness"] or 0.0)
 
     @property
     def step(self) -> float:

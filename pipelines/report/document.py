@@ -25,6 +25,7 @@ from dpstream.accounting.text import duration_text, version
 from dpstream.connectors.writers import join, read_rows, write_bytes
 from dpstream.pipelines.config.jobfile import Job
 from dpstream.pipelines.planning import JobPlan
+from dpstream.pipelines.run.budget import Debit
 from dpstream.pipelines.transforms.windowing import iso
 
 REPORT_JSON = "report.json"
@@ -41,7 +42,7 @@ class RunContext:
     plan: JobPlan
     runner: str
     beam_args: tuple[str, ...]
-    ledger: dict[str, Any]  # the runner's debit record (scope, release id, event, scope state after)
+    debit: Debit  # what the ledger admitted (scope, release id, event, scope state after)
     files: dict[str, str]
     started_at: str
     timings: dict[str, float]
@@ -91,7 +92,7 @@ def release_parameters(release) -> dict[str, Any]:
 
 
 def report_json(context: RunContext, tables: dict[str, pa.Table], chart: str | None, output_dir: str, timings: dict) -> dict[str, Any]:
-    job, plan, ledger = context.job, context.plan, context.ledger
+    job, plan, debit = context.job, context.plan, context.debit
     bounds = job.privacy.bounds
     explanation = plan.calibrated.explanation
     return {
@@ -136,14 +137,14 @@ def report_json(context: RunContext, tables: dict[str, pa.Table], chart: str | N
             "releases": [release_parameters(r) for r in plan.releases],
         },
         "budget": {
-            "ledger": ledger["ledger"],
-            "scope": ledger["scope"],
-            "release_id": ledger["release_id"],
-            "label": ledger["label"],
-            "debited": ledger["event"].to_dict(),
-            "periods": None if ledger.get("periods") is None else ledger["periods"].to_dict(),
-            "note": ledger.get("note"),
-            "scope_after": _jsonable(ledger["scope_after"]),
+            "ledger": debit.ledger,
+            "scope": debit.scope,
+            "release_id": debit.release_id,
+            "label": debit.label,
+            "debited": debit.event.to_dict(),
+            "periods": None if debit.periods is None else debit.periods.to_dict(),
+            "note": debit.note,
+            "scope_after": _jsonable(debit.scope_after),
         },
         "releases": {
             name: {"file": os.path.relpath(path, output_dir), "rows": tables[name].num_rows, "columns": tables[name].column_names}

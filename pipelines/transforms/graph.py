@@ -1,8 +1,9 @@
-"""The release graph of a job: one private transform per planned release, applied to the event batches.
+"""The release graph: one private transform per planned release (`TRANSFORMS`, by plan type), applied to the
+event batches.
 
-`release_graph` is the entry point the job runner calls after the plan was
-debited from the ledger (`private_releases` when no svt state is needed): it only wires transforms with the plan's numbers, so
-nothing data-dependent can fail or spend here.
+`release_transform` gives one release's transform and `release_graph` applies every release of a plan; the
+`Budget` (`dpstream.pipelines.run.budget`) and through it the job runner use them. They only wire transforms
+with the plan's numbers, so nothing data-dependent can fail or spend here.
 """
 from __future__ import annotations
 
@@ -10,30 +11,25 @@ from typing import Any, Mapping
 
 import apache_beam as beam
 
+from dpstream.pipelines.transforms.aggregation import WindowedRelease
 from dpstream.pipelines.transforms.histogram import PrivateHistogram
 from dpstream.pipelines.transforms.peak import PeakWindow
-from dpstream.pipelines.planning import HistogramPlan, JobPlan, PeakPlan, SvtPlan, TopKPlan
+from dpstream.pipelines.planning import HistogramPlan, JobPlan, PeakPlan, ReleasePlan, SvtPlan, TopKPlan
 from dpstream.pipelines.config.specs import ContributionBounds, ReleaseSpec, WindowSpec
 from dpstream.pipelines.transforms.svt import STATE, SparseVectorAlerts
 from dpstream.pipelines.transforms.topk import PrivateTopK
 
-_TRANSFORMS = {HistogramPlan: PrivateHistogram, TopKPlan: PrivateTopK, PeakPlan: PeakWindow}
+TRANSFORMS: dict[type, type[WindowedRelease]] = {HistogramPlan: PrivateHistogram, TopKPlan: PrivateTopK, PeakPlan: PeakWindow}
+"""The transform of each plan type but svt (whose transform also takes the monitor's sealed state)."""
 
 
-def private_releases(
-    batches: beam.PCollection,
-    releases: tuple[ReleaseSpec, ...],
-    plan: JobPlan,
-    bounds: ContributionBounds,
-    window: WindowSpec,
-    seed: int | None,
-    shards: int = 1,
-) -> dict[str, beam.PCollection]:
-    """Release name -> PCollection of plain dict rows, for every release of the job (new svt monitors).
-
-    `release_graph` also returns the svt monitors' sealed states.
-    """
-    return release_graph(batches, releases, plan, bounds, window, seed, shards)[0]
+def release_transform(planned: ReleasePlan, bounds: ContributionBounds, window: WindowSpec, seed: int | None,
+                      shards: int = 1, monitor_state: Mapping[str, Any] | None = None) -> WindowedRelease:
+    """The private transform of one planned release (`TRANSFORMS` by plan type); svt: its monitor continues
+    `monitor_state` (None: a new monitor) and the transform yields {"alerts": rows, STATE: sealed state}."""
+    if isinstance(planned, SvtPlan):
+        return SparseVectorAlerts(planned, bounds, window, seed, shards, monitor_state)
+    return TRANSFORMS[type(planned)](planned, bounds, window, seed, shards)
 
 
 def release_graph(
@@ -48,12 +44,11 @@ def release_graph(
 ) -> tuple[dict[str, beam.PCollection], dict[str, beam.PCollection]]:
     """(release name -> rows, svt release name -> its sealed state after the run), for every release of the job.
 
-    `batches`: pyarrow RecordBatches in EVENT_SCHEMA. `plan`: from `planning.plan_job`
-    with the same releases, bounds and window. `seed`: None in production (OS
-    CSPRNG); an integer only in tests, where every (release, window) noise
-    stream and every sampling key is derived from it, so batch and streaming
-    runs give the same rows. `monitor_states`: svt release name -> the
-    monitor's sealed state from the ledger (absent or None: a new monitor).
+    `batches`: pyarrow RecordBatches in EVENT_SCHEMA. `plan`: from `planning.plan_job` with the same releases,
+    bounds and window. `seed`: None in production (OS CSPRNG); an integer only in tests, where every
+    (release, window) noise stream and every sampling key is derived from it, so batch and streaming runs give
+    the same rows. `monitor_states`: svt release name -> the monitor's sealed state from the ledger (absent or
+    None: a new monitor).
     """
     if plan.bounds != bounds or plan.window != window:
         raise ValueError(f"the plan was made for bounds={plan.bounds} and window={plan.window}, got bounds={bounds} and window={window}")
@@ -63,11 +58,10 @@ def release_graph(
         planned = plan[spec.name]
         if planned.spec != spec:
             raise ValueError(f"release {spec.name!r} differs from the planned one: planned {planned.spec}, got {spec}")
+        transform = release_transform(planned, bounds, window, seed, shards, monitor_states.get(spec.name))
+        released = batches | f"Release {spec.name}" >> transform
         if isinstance(planned, SvtPlan):
-            transform = SparseVectorAlerts(planned, bounds, window, seed, shards, monitor_states.get(spec.name))
-            released = batches | f"Release {spec.name}" >> transform
             outputs[spec.name], states[spec.name] = released["alerts"], released[STATE]
-            continue
-        transform = _TRANSFORMS[type(planned)](planned, bounds, window, seed, shards)
-        outputs[spec.name] = batches | f"Release {spec.name}" >> transform
+        else:
+            outputs[spec.name] = released
     return outputs, states

@@ -13,7 +13,7 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.test_stream import TestStream
 from apache_beam.testing.util import assert_that, equal_to
 
-from dpstream.pipelines.transforms.graph import private_releases
+from dpstream.pipelines.transforms.graph import release_graph
 from dpstream.pipelines.planning import plan_job
 from dpstream.pipelines.config.specs import ContributionBounds, HistogramSpec, PeakSpec, TopKSpec, WindowSpec
 from dpstream.pipelines.transforms.windowing import iso
@@ -63,7 +63,7 @@ def batch_rows(plan):
     directory = tempfile.mkdtemp(prefix="dpstream-graph-")
     with TestPipeline() as pipeline:
         batches = pipeline | beam.Create(_chunks(common, rare))
-        outputs = private_releases(batches, RELEASES, plan, BOUNDS, WINDOW, seed=SEED)
+        outputs = release_graph(batches, RELEASES, plan, BOUNDS, WINDOW, seed=SEED)[0]
         for name, rows in outputs.items():
             assert_that(rows, _store(os.path.join(directory, f"{name}.json")), label=f"Store {name}")
     return {name: json.load(open(os.path.join(directory, f"{name}.json"))) for name in outputs}
@@ -114,7 +114,7 @@ def test_streaming_with_out_of_order_batches_equals_batch(plan, batch_rows):
     options = PipelineOptions()
     options.view_as(StandardOptions).streaming = True
     with TestPipeline(options=options) as pipeline:
-        outputs = private_releases(pipeline | stream, RELEASES, plan, BOUNDS, WINDOW, seed=SEED)
+        outputs = release_graph(pipeline | stream, RELEASES, plan, BOUNDS, WINDOW, seed=SEED)[0]
         for name, rows in outputs.items():
             assert_that(rows, equal_to(batch_rows[name]), label=f"Streaming equals batch {name}")
 
@@ -122,4 +122,4 @@ def test_streaming_with_out_of_order_batches_equals_batch(plan, batch_rows):
 def test_plan_must_match_the_graph(plan):
     with pytest.raises(ValueError, match="the plan was made for bounds"):
         with TestPipeline() as pipeline:
-            private_releases(pipeline | beam.Create([]), RELEASES, plan, ContributionBounds(), WINDOW, seed=1)
+            release_graph(pipeline | beam.Create([]), RELEASES, plan, ContributionBounds(), WINDOW, seed=1)[0]

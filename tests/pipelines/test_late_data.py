@@ -13,7 +13,7 @@ from apache_beam.testing.test_stream import TestStream
 from apache_beam.testing.util import assert_that, equal_to
 
 from dpstream.pipelines.config import jobfile
-from dpstream.pipelines.transforms.graph import private_releases
+from dpstream.pipelines.transforms.graph import release_graph
 from dpstream.pipelines.planning import plan_job
 from dpstream.pipelines.config.specs import ContributionBounds, HistogramSpec, SpecError, WindowSpec
 from tests.pipelines.helpers import DAY, START, events
@@ -45,7 +45,7 @@ def _batch_rows(window: WindowSpec, batches) -> list:
                 json.dump(list(actual), handle)
 
         with TestPipeline() as pipeline:
-            rows = private_releases(pipeline | beam.Create(batches), RELEASES, plan, BOUNDS, window, SEED)["counts"]
+            rows = release_graph(pipeline | beam.Create(batches), RELEASES, plan, BOUNDS, window, SEED)[0]["counts"]
             assert_that(rows, store)
         with open(path) as handle:
             return json.load(handle)
@@ -73,7 +73,7 @@ def test_records_after_the_allowed_lateness_are_dropped_and_each_window_released
     options = PipelineOptions()
     options.view_as(StandardOptions).streaming = True
     with TestPipeline(options=options) as pipeline:
-        rows = private_releases(pipeline | _stream_rows(window), RELEASES, plan, BOUNDS, window, SEED)["counts"]
+        rows = release_graph(pipeline | _stream_rows(window), RELEASES, plan, BOUNDS, window, SEED)[0]["counts"]
         assert_that(rows, equal_to(expected))
 
 

@@ -185,7 +185,7 @@ def test_a_job_is_charged_to_every_period_its_windows_overlap(tmp_path, start, e
     from dpstream.pipelines.run import runner
 
     job = _period_job(tmp_path, start=start, end=end, size=size)
-    periods, note = runner.scope_periods(job, runner.plan(job), {"unit_period": DAY})
+    periods, note = runner.budget(job).scope_periods({"unit_period": DAY})
     assert note is None
     assert periods == Periods(DAY, START // DAY + first_day, START // DAY + first_day + days - 1)
 

@@ -1,0 +1,354 @@
+"""`Budget`: the Python API for Beam users. One budget plans every release of a pipeline, gives the private
+transforms, and debits its ledger scope, with the same lifecycle as `dpstream run` (which is a client of it).
+
+    import apache_beam as beam
+    import dpstream.pipelines as dp
+
+    budget = dp.Budget(scope="flights", epsilon=2.0, delta=1e-6,
+                       bounds=dp.ContributionBounds(max_partitions=2, max_contributions=1),
+                       window=dp.WindowSpec(size=86400, start=START, end=END),
+                       releases=[dp.HistogramSpec("daily", partitions=DESTINATIONS),
+                                 dp.TopKSpec("top5", k=5, partitions=DESTINATIONS, weight=2.0)],
+                       ledger="sqlite:///ledger.db")
+    pipeline = beam.Pipeline()
+    events = pipeline | ... | dp.ToEvents(user="tailnum", timestamp="time_hour", partition="dest")
+    daily = events | budget.release("daily")     # PCollections of plain dict rows
+    top5 = events | budget.release("top5")
+    ...                                          # the user's own sinks
+    budget.run(pipeline)                         # debit the scope, then run the pipeline
+
+Lifecycle (DESIGN.md §1, §6): the noise of every release is planned from public values when the budget is
+made (`planning.plan_job`; nothing is read); the transforms are built from that plan; `debit` charges the scope
+once, atomically, with the composition of the plan's events (svt monitors already open on the scope are
+continued, not charged again: `JobPlan.events`), and only then does the pipeline run. A refusal raises
+`RunError` with exit code EXIT_REFUSED before anything runs. A failure after the debit keeps it: the data may
+have been touched, so refunding would depend on it.
+
+svt monitors continue across runs (`dpstream.pipelines.mechanisms.monitor`): their sealed ledger records are
+read when the budget first needs them (before the graph is built, since the monitor's state is part of it),
+checked out by the debit (`Ledger.spend_and_check_out`, which fails if a record changed since it was read),
+written by the pipeline to `state_dir` (owner-only files, or beside an output URL on a cluster), and checked
+back in by `check_in`.
+
+Period scopes (`dpstream budget init --unit-period P`) hold a budget per absolute period [k P, (k+1) P): a budget
+with `unit_period` = P is charged to every period its windows overlap (`scope_periods`); proof:
+docs/proofs/accounting.ledger.periods.md.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from fractions import Fraction
+from functools import cached_property
+from typing import Any, Iterable
+
+import apache_beam as beam
+
+from dpstream.accounting.events import Composed, Event
+from dpstream.accounting.ledger import Ledger, LedgerError, Periods, on_period_boundary, resolve_url
+from dpstream.accounting.text import duration_text, instant_text
+from dpstream.connectors.files import is_local, join, read_bytes, remove_file, remove_tree, write_bytes
+from dpstream.pipelines.config.specs import ContributionBounds, ReleaseSpec, WindowSpec
+from dpstream.pipelines.mechanisms.monitor import SparseVectorMonitor
+from dpstream.pipelines.planning import JobPlan, PlanningError, SvtPlan, plan_job
+from dpstream.pipelines.run.errors import EXIT_REFUSED, RunError
+from dpstream.pipelines.transforms.graph import release_graph, release_transform
+from dpstream.pipelines.transforms.svt import STATE
+from dpstream.pipelines.transforms.windowing import iso
+
+MonitorRecords = dict[str, dict[str, Any] | None]
+
+
+@dataclass(frozen=True)
+class Debit:
+    """What the ledger admitted: where, the release id, its label and events, the scope's public view after it,
+    the periods charged (period scopes) and a note for the log."""
+
+    ledger: str
+    scope: str
+    release_id: int
+    label: str
+    message: str
+    event: Event
+    scope_after: dict[str, Any]
+    periods: Periods | None
+    note: str | None
+
+
+class Budget:
+    """A privacy budget for the releases of one Beam pipeline: plan, transforms, debit, monitors.
+
+    Arguments: the ledger `scope` to debit and its `ledger` URL (default: $DPSTREAM_LEDGER, else
+    sqlite:///dpstream-ledger.db); the pipeline's whole (`epsilon`, `delta`); the contribution `bounds` and
+    public `window` range; the `releases` (specs); `unit_period` in seconds for a user x period privacy unit;
+    `seed`: tests only (fixes every noise draw and sampling key); `shards`: user shards per window in
+    bounding; `state_dir`: a directory (local or a URL the workers can write) in which the budget makes a
+    private subdirectory for svt monitor states, removed by `close` (default: a private local temporary one);
+    `source`: what error messages name (the job file).
+    Raises RunError when the releases cannot be planned.
+    """
+
+    def __init__(
+        self,
+        *,
+        scope: str,
+        epsilon: float,
+        delta: float,
+        bounds: ContributionBounds,
+        window: WindowSpec,
+        releases: Iterable[ReleaseSpec],
+        ledger: str | None = None,
+        unit_period: float | None = None,
+        seed: int | None = None,
+        shards: int = 1,
+        state_dir: str | None = None,
+        source: str = "dpstream",
+    ) -> None:
+        self.scope, self.epsilon, self.delta, self.unit_period = scope, epsilon, delta, unit_period
+        self.bounds, self.window, self.releases = bounds, window, tuple(releases)
+        self.url = resolve_url(ledger)
+        self.seed, self.shards, self.source = seed, shards, source
+        self._state_base, self._state_dir = state_dir, None
+        try:
+            self.plan: JobPlan = plan_job(self.releases, bounds, window, epsilon, delta, unit_period)
+        except PlanningError as err:
+            raise RunError(f"{source}: {err}") from err
+
+    def describe(self) -> dict[str, str]:
+        """Plain words per release: mechanism, noise and what it costs (the plan's text)."""
+        return self.plan.describe()
+
+    # -- transforms --------------------------------------------------------------------------------------
+
+    def release(self, name: str) -> beam.PTransform:
+        """The private transform of release `name`: EVENT_SCHEMA record batches -> plain dict rows."""
+        planned = self.plan[name]
+        transform = release_transform(planned, self.bounds, self.window, self.seed, self.shards,
+                                      self._initial_state(planned))
+        if isinstance(planned, SvtPlan):
+            return _SealState(transform, self._state_path(name))
+        return transform
+
+    def apply(self, events: beam.PCollection) -> dict[str, beam.PCollection]:
+        """Every release of the budget applied to `events`: release name -> dict rows."""
+        initial = {m.name: self._initial_state(m) for m in self.plan.monitors()}
+        rows, states = release_graph(events, self.releases, self.plan, self.bounds, self.window, self.seed,
+                                     self.shards, initial)
+        for name, state in states.items():
+            state | f"Seal state {name}" >> _WriteState(self._state_path(name))
+        return rows
+
+    # -- lifecycle ---------------------------------------------------------------------------------------
+
+    def debit(self, label: str | None = None) -> Debit:
+        """Charge the scope once with the plan's events (new monitors included, continued ones not) and check
+        the monitors out. RunError: scope missing, ledger unusable, or the debit refused (EXIT_REFUSED)."""
+        records = self.monitor_records
+        continued = frozenset(name for name, record in records.items() if record is not None)
+        event = Composed(tuple(self.plan.events(continued)))
+        monitors = {m.name: (m.epsilon, m.delta, records[m.name]) for m in self.plan.monitors()}
+        label = label or (f"dpstream at {datetime.now(timezone.utc).isoformat(timespec='seconds')}: "
+                          + ", ".join(r.name for r in self.releases))
+        try:
+            with Ledger(self.url) as ledger:
+                try:
+                    view = ledger.show(self.scope)
+                except LedgerError as err:
+                    raise RunError(f"budget scope {self.scope!r} is not in ledger {ledger.display_url}; "
+                                   f"{self._create_hint()}") from err
+                periods, note = self.scope_periods(view)
+                if monitors:
+                    result = ledger.spend_and_check_out(self.scope, event, label, monitors)
+                else:
+                    result = ledger.spend(self.scope, event, label, periods)
+                after = ledger.show(self.scope) if result.admitted else {}
+                display_url = ledger.display_url
+        except LedgerError as err:
+            raise RunError(f"{err}; {self._create_hint()}" if "budget init" not in str(err) else str(err)) from err
+        if not result.admitted or result.release_id is None:
+            raise RunError(f"{result.message}; nothing was read or written", EXIT_REFUSED)
+        return Debit(display_url, self.scope, result.release_id, label, result.message, event, after, periods, note)
+
+    def check_in(self, debit: Debit) -> None:
+        """Store each monitor's state, sealed by the pipeline, back in the ledger, ending its checkout."""
+        next_start = self.window.start + self.window.count * self.window.step
+        for planned in self.plan.monitors():
+            path = self._state_path(planned.name)
+            state = json.loads(read_bytes(path))
+            remove_file(path)
+            try:
+                with Ledger(self.url) as ledger:
+                    ledger.check_in_monitor(self.scope, planned.name, debit.release_id,
+                                            {"monitor": state, "next_start": next_start},
+                                            state["halt_reason"] is not None)
+            except LedgerError as err:
+                raise RunError(f"{err}; the releases were written, the monitor stays checked out") from err
+
+    def run(self, pipeline: beam.Pipeline, label: str | None = None) -> Debit:
+        """Debit, run `pipeline` to the end, check the monitors in; the state directory is removed after."""
+        try:
+            debit = self.debit(label)
+            try:
+                pipeline.run().wait_until_finish()
+            except Exception as err:
+                raise RunError(f"pipeline failed: {type(err).__name__}: {err}; the debit (ledger release id "
+                               f"{debit.release_id}) stands") from err
+            self.check_in(debit)
+            return debit
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Remove the state directory, if the budget made one."""
+        if self._state_dir is not None:
+            remove_tree(self._state_dir)
+            self._state_dir = None
+
+    # -- monitors and periods ----------------------------------------------------------------------------
+
+    @cached_property
+    def monitor_records(self) -> MonitorRecords:
+        """svt release name -> its sealed ledger record (None: a new monitor), after checking a run may continue
+        it (not checked out, an svt monitor, loadable, same parameters, continuing at window.start)."""
+        records: MonitorRecords = {}
+        if not self.plan.monitors():
+            return records
+        try:
+            with Ledger(self.url) as ledger:
+                for planned in self.plan.monitors():
+                    records[planned.name] = ledger.monitor_record(self.scope, planned.name)
+        except LedgerError as err:
+            raise RunError(f"{err}; nothing was debited") from err
+        for planned in self.plan.monitors():
+            record = records[planned.name]
+            if record is not None:
+                self._check_continuation(planned, record)
+        return records
+
+    def _check_continuation(self, planned: SvtPlan, record: dict[str, Any]) -> None:
+        where = f"{self.source}: release {planned.name!r}"
+        if record.get("checked_out") is not None:
+            raise RunError(f"{where}: the monitor is checked out by the run of ledger release {record['checked_out']} "
+                           f"(still running, or failed); nothing was debited")
+        if "monitor" not in record or "next_start" not in record:
+            raise RunError(f"{where}: monitor {planned.name!r} on scope {self.scope!r} is not an svt release "
+                           f"monitor; choose another release name")
+        try:
+            SparseVectorMonitor.from_dict(record["monitor"])
+        except ValueError as err:
+            raise RunError(f"{where}: monitor {planned.name!r} on scope {self.scope!r} cannot be continued: "
+                           f"{err}; give the release a new name to open a new monitor (its budget is debited); "
+                           f"nothing was debited") from err
+        wanted = planned.monitor().to_dict()["parameters"]
+        if record["monitor"]["parameters"] != wanted:
+            raise RunError(f"{where}: the monitor was opened with parameters {record['monitor']['parameters']}, "
+                           f"the job now asks for {wanted}; a monitor's parameters cannot change")
+        if record["next_start"] != self.window.start:
+            raise RunError(f"{where}: the monitor continues at window start {iso(record['next_start'])}, "
+                           f"got window.start {iso(self.window.start)}")
+
+    def _initial_state(self, planned: object) -> dict[str, Any] | None:
+        if not isinstance(planned, SvtPlan):
+            return None
+        record = self.monitor_records.get(planned.name)
+        return None if record is None else record["monitor"]
+
+    def _state_path(self, name: str) -> str:
+        if self._state_dir is None:
+            local = self._state_base is None or is_local(self._state_base)
+            self._state_dir = (tempfile.mkdtemp(prefix="dpstream-sealed-", dir=self._state_base) if local
+                               else join(self._state_base, f".dpstream-sealed-{uuid.uuid4().hex}"))
+        return join(self._state_dir, f"{name}.json")
+
+    def scope_periods(self, view: dict[str, Any]) -> tuple[Periods | None, str | None]:
+        """(the periods to charge, a note for the log) on the scope `view` (`Ledger.show`).
+
+        A plain scope: (None, None), or a note when the budget has a unit_period (its one budget is debited by
+        every run). A period scope: the periods the windows overlap, after checking that the budget has the
+        scope's unit_period, no svt release and a window.start on the period grid; else a RunError (exit 2),
+        before any debit.
+        """
+        scope, period, unit = self.scope, view.get("unit_period"), self.unit_period
+        if period is None:
+            if unit is None:
+                return None, None
+            return None, (f"note: scope {scope!r} has one budget for all its releases, so every run of this user x "
+                          f"{duration_text(unit)} job debits it, whichever periods it covers; a scope created with "
+                          f"`dpstream budget init ... --unit-period {duration_text(unit)}` holds a budget per period")
+        where = f"{self.source}: budget scope {scope!r} has a budget per {duration_text(period)} period"
+        monitors = [m.name for m in self.plan.monitors()]
+        if monitors:
+            raise RunError(f"{where}, which svt releases ({', '.join(monitors)}) cannot use: a monitor's sealed state "
+                           f"runs on across runs and periods while its budget is debited once; use a scope without a "
+                           f"unit period for them; nothing was debited")
+        if unit is None:
+            raise RunError(f"{where}, but the job has no [privacy] unit_period: its privacy unit is a user over the "
+                           f"whole window range, which a per-period budget does not cover; set unit_period = "
+                           f"\"{duration_text(period)}\" or use a scope without a unit period; nothing was debited")
+        if unit != period:
+            raise RunError(f"{where} ({period} s), but [privacy] unit_period is {duration_text(unit)} ({unit:g} s); "
+                           f"they must be equal; nothing was debited")
+        window = self.window
+        if not on_period_boundary(window.start, period):
+            holding = math.floor(Fraction(window.start) / period) * period
+            raise RunError(f"{where}: window.start {instant_text(window.start)} is not on its period grid (periods "
+                           f"start at whole multiples of {period} s since 1970-01-01T00:00:00Z; the period holding it "
+                           f"starts {instant_text(holding)}); nothing was debited")
+        try:
+            # Every record the job reads lies in one of its windows; the last window may end after window.end.
+            return Periods.overlapping(window.start, window.bounds(window.count - 1)[1], period), None
+        except LedgerError as err:
+            raise RunError(f"{where}: {err}; nothing was debited") from err
+
+    def _create_hint(self) -> str:
+        per_period = "" if self.unit_period is None else f" --unit-period {duration_text(self.unit_period)}"
+        return (f"create it with `dpstream budget init --ledger {self.url} --scope {self.scope} --epsilon EPSILON "
+                f"--delta DELTA --filter approx:release_delta={self.delta!r}{per_period}` (one run of this job spends "
+                f"epsilon={self.epsilon:g}, delta={self.delta:g}" + (" per period)" if per_period else ")"))
+
+
+class _WriteState(beam.PTransform):
+    """A monitor run's one sealed state -> a private file at `path` (local: owner read/write only)."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__()
+        self._path = path
+
+    def expand(self, states):
+        return (states
+                | "Collect state" >> beam.combiners.ToList()
+                | "Write state" >> beam.Map(seal_state, self._path))
+
+
+class _SealState(beam.PTransform):
+    """An svt release whose sealed state is written to `path`; yields the alert rows only."""
+
+    def __init__(self, transform: beam.PTransform, path: str) -> None:
+        super().__init__()
+        self._transform, self._path = transform, path
+
+    def default_label(self) -> str:
+        return self._transform.default_label()
+
+    def expand(self, batches):
+        released = batches | "Monitor" >> self._transform
+        released[STATE] | "Seal state" >> _WriteState(self._path)
+        return released["alerts"]
+
+
+def seal_state(states: list, path: str) -> None:
+    """Write the one sealed state of a monitor run to a private file (local: owner read/write only; a URL: the
+    output bucket's access rules)."""
+    if len(states) != 1:
+        raise ValueError(f"a monitor run must seal exactly one state, got {len(states)}")
+    if not is_local(path):
+        write_bytes(path, json.dumps(states[0]).encode("utf-8"))
+        return
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+        json.dump(states[0], handle)
