@@ -199,7 +199,7 @@ class GaussianThreshold(Event):
     This holds when the keys present in both x and x' get Gaussian noise of
     standard deviation `sigma` with L2 sensitivity `sensitivity`, and the keys
     present only in x are, all together, released with probability at most `delta`
-    (independently of the rest); docs/proofs/events.GaussianThreshold.md.
+    (independently of the rest); docs/proofs/accounting.events.GaussianThreshold.md.
     It implies `ZCDP(mu^2 / 2, delta)` (`relaxed`).
     """
 

@@ -22,7 +22,7 @@ Methods (all at the same (epsilon, delta), delta = 1e-6; sigma_query = sqrt(3) s
   epsilon budget can admit (the alternative schedule; benchmark only);
 - fsrc_published: UNSOUND reference, the rule of Lebensold–Precup–Balle
   Thm 11 as printed (every instance at the pDP bound at delta, delta charged
-  once; docs/proofs/accounting.filters.FSRCFilter.md): it measures what the
+  once; docs/proofs/accounting.filters.fsrc.FSRCFilter.md): it measures what the
   correction costs and is never offered to users;
 - whitehouse: Zhu–Wang RDP -> (eps_i, delta_i) per instance under the
   Whitehouse et al. filter (constant per-instance price chosen to admit the

@@ -2,7 +2,7 @@
 
 Oracle: exact hockey-stick divergences of discrete Gaussians (mpmath sums in one
 dimension, brute-force enumeration in two) against the continuous curve
-(docs/proofs/noise.discrete_gaussian_domination.md). Negative control: at the
+(docs/proofs/pipelines.mechanisms.noise.discrete_gaussian_domination.md). Negative control: at the
 unshifted sensitivity the continuous curve is too small, so the term in
 `noise.grid_sensitivity` is needed.
 """

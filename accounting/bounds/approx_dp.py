@@ -18,7 +18,7 @@ With delta_i = 0 this is the heterogeneous optimal pure-DP composition
 (Murtagh–Vadhan 2016). Laplace(b, s) enters as (s/b, 0) and BoundedRange(eps)
 as (eps, 0) (epsilon-BR implies epsilon-DP). The lattice evaluation and its
 pessimistic rounding are proved in
-docs/proofs/approx_dp.ChourasiaRecursion.md.
+docs/proofs/accounting.bounds.approx_dp.ChourasiaRecursion.md.
 Checks: `applies` only to compositions of PureDP, ApproxDP, Laplace and
 BoundedRange events; parameters are checked when the events are built.
 Caller must ensure: every (eps_i, delta_i) was fixed before any mechanism ran.

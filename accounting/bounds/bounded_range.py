@@ -88,7 +88,7 @@ def _log_delta_at_candidates(k: int, epsilon: float, eps_g: float, t: np.ndarray
     around c = min(m, mode) is summed, wide enough that the binomial mass has
     fallen by about e^-40 at its edges; the omitted terms are replaced by
     (count omitted) x (mass at the window edge), an upper bound whatever the
-    width (docs/proofs/bounded_range.OptimalNonadaptiveBR.md).
+    width (docs/proofs/accounting.bounds.bounded_range.OptimalNonadaptiveBR.md).
     """
     log_c = _log_binomial_row(k)
     lq = rr.log_q(epsilon, t)
@@ -269,7 +269,7 @@ def mgf_log_moment(epsilon: float, lam):
     h = lambda (eps - t) + ln(1 + p_t (e^{-lambda eps} - 1)); the sup is taken at
     the closed-form maximiser s* = eps - t* = clip(ln(lambda/(lambda+1)) +
     ln(1 + (e^eps - 1)/(1 - e^{-lambda eps})), 0, eps)
-    (docs/proofs/bounded_range.MGFBound.md). Accepts an array of lambda > 0.
+    (docs/proofs/accounting.bounds.bounded_range.MGFBound.md). Accepts an array of lambda > 0.
     """
     lam = np.asarray(lam, dtype=float)
     log_expm1_eps = epsilon + np.log(-np.expm1(-epsilon))
@@ -354,7 +354,7 @@ class OptimalNonadaptiveBR(Bound):
       is (eps_g, delta(eps_g))-DP with the smallest such delta, for every eps_g.
     Proof: Dong–Durfee–Rogers Thm 3 (via Lemma 3.1, Lemma 5.5, Cor 5.3, Cor 5.4);
       the truncation of each inner sum and the inversion are in
-      docs/proofs/bounded_range.OptimalNonadaptiveBR.md.
+      docs/proofs/accounting.bounds.bounded_range.OptimalNonadaptiveBR.md.
     Checks: the composition is only `BoundedRange` events with one epsilon.
     Caller must ensure: the mechanisms, not only their parameters, were fixed
       before any output was seen (the accountant's `adaptive=False`). Adaptive
@@ -400,7 +400,7 @@ class OptKL(Bound):
       eps_g = min{sum eps_i, sum maxkl(eps_i) + sqrt(sum eps_i^2 ln(1/delta) / 2)}.
     Proof: Dong–Durfee–Rogers Cor 3.1 (Lemma 7.1 with Hoeffding's Lemma 7.2 and
       the exact maximal KL of RR_{eps,t}); the delta(eps_g) form is that lemma at
-      its optimal lambda, see docs/proofs/bounded_range.OptKL.md.
+      its optimal lambda, see docs/proofs/accounting.bounds.bounded_range.OptKL.md.
     Checks: the composition is only `BoundedRange` events.
     Caller must ensure: each epsilon_i was fixed before any mechanism ran.
     Numerics: fsum over distinct epsilons; maxkl without cancellation; answers
@@ -430,7 +430,7 @@ class MGFBound(Bound):
       from earlier outputs, epsilon_i fixed in advance) is (eps_g, delta)-DP with
       delta = inf_lambda exp(-lambda eps_g + sum_i h_{eps_i}(lambda)).
     Proof: Dong–Durfee–Rogers Thm 5 (Lemma 7.1 and Lemma 7.3); the closed-form
-      inner maximiser and the inversion are in docs/proofs/bounded_range.MGFBound.md.
+      inner maximiser and the inversion are in docs/proofs/accounting.bounds.bounded_range.MGFBound.md.
     Checks: the composition is only `BoundedRange` events.
     Caller must ensure: each epsilon_i was fixed before any mechanism ran.
     Numerics: h in the theorem's form (no e^{lambda eps} overflow), log1p or

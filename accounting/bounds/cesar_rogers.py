@@ -171,7 +171,7 @@ class MixedNonadaptive(Bound):
     Proof: Cesar–Rogers Thm 3 (with Lemmas 4.1–4.5); m = k is Thm 1, m = 0 is
     Dong–Durfee–Rogers Thm 3. Heterogeneous epsilons are evaluated at the
     largest epsilon, which is valid because an eps'-DP (eps'-BR) mechanism
-    with eps' <= eps is eps-DP (eps-BR): docs/proofs/cesar_rogers.MixedNonadaptive.md.
+    with eps' <= eps is eps-DP (eps-BR): docs/proofs/accounting.bounds.cesar_rogers.MixedNonadaptive.md.
     Exact only when all epsilons are equal.
     Checks: the composition holds only PureDP, Laplace and BoundedRange events,
     at least one pure-DP event and at least two BoundedRange runs (with none,
@@ -212,7 +212,7 @@ class SingleBRAdaptive(Bound):
     Proof: Cesar–Rogers Prop 2 and Cor 5.1 (Thm 3 with m = k - 1 is exact
     adaptively); without BR, Cesar–Rogers Thm 1 (Kairouz–Oh–Viswanath Thm 3.3).
     Heterogeneous epsilons use the largest (class inclusion):
-    docs/proofs/cesar_rogers.MixedNonadaptive.md.
+    docs/proofs/accounting.bounds.cesar_rogers.MixedNonadaptive.md.
     Checks: only PureDP, Laplace and BoundedRange events, at most one BoundedRange run.
     Caller must ensure: the epsilons were fixed before any mechanism ran.
     Numerics: as `MixedNonadaptive`. Runtime: O(k) per delta.
@@ -437,7 +437,7 @@ class MixedSetwise(Bound):
     eps_g = sum mean_i + 2 sqrt(sum rho_i ln(1 / (delta - sum delta_i))).
     Proof: Cesar–Rogers Lemma 3.2 (per-class constants), Lemma 3.3 (Eq. 2; Eq. 3
     for homogeneous classes), Lemma 3.4 (zCDP events and their delta_i). Using
-    one formula for CDP and zCDP events together: docs/proofs/cesar_rogers.MixedSetwise.md.
+    one formula for CDP and zCDP events together: docs/proofs/accounting.bounds.cesar_rogers.MixedSetwise.md.
     Checks: the composition holds only PureDP, Laplace, BoundedRange, Gaussian, ZCDP.
     Caller must ensure: the multiset of parameters was fixed before any mechanism ran.
     Numerics: closed form; br_mean by series below 0.05; result rounded up.
@@ -470,7 +470,7 @@ class MixedMGF(Bound):
     Proof: the supermartingale of Cesar–Rogers Lemma 3.1/3.4 with exact MGFs in
     place of subgaussian ones; for BR alone this is Dong–Durfee–Rogers Thm 5.
     The lam^lam/(lam+1)^(lam+1) factor is the hockey-stick conversion
-    (Canonne–Kamath–Steinke 2020, Prop 12 style): docs/proofs/cesar_rogers.MixedMGF.md.
+    (Canonne–Kamath–Steinke 2020, Prop 12 style): docs/proofs/accounting.bounds.cesar_rogers.MixedMGF.md.
     Checks: only PureDP, Laplace, BoundedRange, Gaussian and ZCDP with delta = 0.
     Caller must ensure: the multiset of parameters was fixed before any mechanism ran.
     With no Gaussian/zCDP part the loss is at most sum eps_i, so delta = 0 from

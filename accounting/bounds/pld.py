@@ -34,7 +34,7 @@ Proof (details in docs/proofs/accounting.bounds.pld.md):
   loss is +infinity w.p. delta, else the Gaussian loss + log(1 - delta) (P
   against Q), and the Gaussian loss - log(1 - delta) (Q against P). Both
   directions' composed deltas are at most the expression above with delta in
-  `keep` and shift = -sum log(1 - delta) (docs/proofs/events.GaussianThreshold.md),
+  `keep` and shift = -sum log(1 - delta) (docs/proofs/accounting.events.GaussianThreshold.md),
   so one curve covers both.
 - Pessimistic discretisation: each non-Gaussian loss is rounded up to the grid
   step * Z, mass beyond a truncation point moves to +infinity (or, on the

@@ -30,7 +30,7 @@ delta_i and Rényi curve the sum of the curves, so the composition is
 ApproxDP events have no Rényi-bounded mixture component in general, so
 `applies` is False for compositions holding them.
 Proof: the papers above; the bounded-range supremum, the approximate events and
-the rewritten formulas used for accuracy are in docs/proofs/rdp.RDPComposition.md.
+the rewritten formulas used for accuracy are in docs/proofs/accounting.bounds.rdp.RDPComposition.md.
 Checks: events are validated when built; `applies` rejects unsupported events.
 Caller must ensure: every event's parameters were fixed before any mechanism
 ran (composition, not a filter).

@@ -20,7 +20,7 @@ composed (rho, delta_a) is converted with Canonne–Kamath–Steinke 2020, Prop 
 at R(alpha) = alpha rho (`rdp_conversion`), and the approximate part adds: the composition is
 (epsilon, delta_a + delta_rho(epsilon))-DP (proof note).
 Proof: the papers above; the ApproxDP mapping and the final delta sum are in
-docs/proofs/zcdp.ZCDPComposition.md.
+docs/proofs/accounting.bounds.zcdp.ZCDPComposition.md.
 Checks: events are validated when built; nothing else is needed.
 Caller must ensure: every event's parameters were fixed before any mechanism
 ran (composition, not a filter).

@@ -15,7 +15,7 @@ Event filters (`admits(event)`, `try_spend(event)`):
   gdp          GDPFilter          sum of mu^2 <= mu^2                   (Regehr et al. Remark 2)
   gdp-residue  GDPResidueFilter   largest GDP residue                   (Regehr et al. Thm 5)
 Monitor filter: FSRCFilter (`admits(eps_max, delta)`, `charge(eps_post)`; Lebensold–Precup–Balle Alg. 4 with
-a delta budget: their Thm 11 as printed charges delta once and is false, see docs/proofs/accounting.filters.FSRCFilter.md).
+a delta budget: their Thm 11 as printed charges delta once and is false, see docs/proofs/accounting.filters.fsrc.FSRCFilter.md).
 """
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ everything. The other filters are residue filters (Regehr et al., Alg. 1 and
 Thm 1) and keep serving smaller requests after a refusal: the refusal is a
 function of the public state and the declared cost only, so it is the same as
 the analyst issuing the free query Id, which every privacy rule allows
-(Regehr et al., Def 10); see docs/proofs/accounting.filters.refusal.md.
+(Regehr et al., Def 10); see docs/proofs/accounting.filters.base.refusal.md.
 """
 from __future__ import annotations
 

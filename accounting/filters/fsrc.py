@@ -7,7 +7,7 @@ to the last admitted mechanism, whose index is a stopping time that depends on t
 the claim is false: mechanisms that output "bad" with probability delta (ex-post loss B) and "ok" otherwise
 (ex-post loss about delta) pass the filter about epsilon/delta times, and one of them outputs "bad" with
 probability about 1 - e^-epsilon. The sound statement is a union bound over the admitted instances, so the deltas
-add up: docs/proofs/accounting.filters.FSRCFilter.md states the erratum, the counterexample and the proof, and
+add up: docs/proofs/accounting.filters.fsrc.FSRCFilter.md states the erratum, the counterexample and the proof, and
 tests/falsification/test_fsrc_erratum.py computes both rules' exact privacy profiles on the counterexample.
 """
 from __future__ import annotations
@@ -49,7 +49,7 @@ class FSRCFilter(PrivacyFilter):
     (eps_max_t, delta_t)-pDP and eps_post_t-ex-post-DP given past outputs; eps_max_t, delta_t and the
     mechanisms may be chosen adaptively (from past outputs).
     Proof: LPB Alg. 4 with a union bound over the admitted mechanisms in place of LPB Thm 11's single delta
-    (Thm 11 as printed is false); docs/proofs/accounting.filters.FSRCFilter.md.
+    (Thm 11 as printed is false); docs/proofs/accounting.filters.fsrc.FSRCFilter.md.
     Checks: epsilon > 0, delta in [0, 1); eps_max, eps_post finite and >= 0; delta_t in [0, 1); `charge` only
     after an admitted, not yet charged mechanism; a sealed state written before the delta budget existed is
     refused.

@@ -4,7 +4,7 @@ Leaf pricing. A Gaussian leaf (sigma, sensitivity s) is exactly s/sigma-GDP.
 An epsilon-DP leaf (PureDP, Laplace, BoundedRange) is dominated by
 randomized response R_eps (Regehr et al. Def 5: eps-DP iff L <= R_eps; an
 eps-BR mechanism is eps-DP), and R_eps is nu-GDP for exactly
-nu(eps) = 2 Phi^{-1}(e^eps / (1 + e^eps)) (docs/proofs/accounting.filters.randomized_response_mu.md).
+nu(eps) = 2 Phi^{-1}(e^eps / (1 + e^eps)) (docs/proofs/accounting.filters.gdp.randomized_response_mu.md).
 Leaves without a GDP description (ApproxDP, ZCDP) are refused with an error.
 """
 from __future__ import annotations

@@ -134,7 +134,7 @@ class ApproxDPFilter(EventFilter):
     Proof: residue filter (Regehr et al. Alg. 1, Thm 1) with budgets
     R_{eps, del}; R_{eps,del} = R_{0,del} (+) R_eps and the composition facts
     of Regehr et al. Def 5-6 give the residue condition; see
-    docs/proofs/accounting.filters.ApproxDPFilter.md.
+    docs/proofs/accounting.filters.pure.ApproxDPFilter.md.
     Release price: a release of pure-DP and ApproxDP events costs (sum of
     epsilons, sum of deltas) (basic composition, Dwork–Rothblum–Vadhan 2010
     Thm III.1). Any other release costs

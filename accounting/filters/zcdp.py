@@ -109,7 +109,7 @@ class ZCDPFilter(_ZCDPSum):
     Proof: the Rényi filter of Feldman–Zrnic 2021 (Regehr et al. Remark 4)
     applied at every order alpha at once, since (alpha, alpha rho_t)-RDP
     costs add with the same rule for every alpha; see
-    docs/proofs/accounting.filters.ZCDPFilter.md.
+    docs/proofs/accounting.filters.zcdp.ZCDPFilter.md.
     Checks: rho positive and finite; leaves Gaussian, PureDP, Laplace,
     BoundedRange or ZCDP with delta 0.
     Caller must ensure: each mechanism is rho_t-zCDP given past outputs.

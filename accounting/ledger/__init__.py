@@ -64,7 +64,7 @@ Caller must ensure: a release charged to periods reads only records whose
 timestamps lie in those periods, and its events bound the privacy loss of
 one user x period unit (the runner charges a job the periods its windows
 overlap, and `pipelines.planning.job` prices one unit period).
-Proof: docs/proofs/ledger.period_scopes.md.
+Proof: docs/proofs/accounting.ledger.periods.md.
 Refused on period scopes: SVT monitors (`spend_and_check_out`),
 whose sealed state spans runs and so periods, while the monitor's budget is
 debited only once. Monitors are refused too on scopes whose filter is not an

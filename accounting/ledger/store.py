@@ -302,7 +302,7 @@ class Ledger:
                 f"scope {row.name!r} uses the {row.filter_kind!r} filter, which does not support svt monitors: a "
                 f"monitor keeps answering after later releases on the scope (concurrent composition), and only the "
                 f"{' and '.join(MONITOR_SCOPE_FILTERS)} filters are covered by a theorem for that "
-                f"(docs/proofs/monitor.SparseVectorMonitor.md); create a scope for svt releases with "
+                f"(docs/proofs/pipelines.mechanisms.monitor.SparseVectorMonitor.md); create a scope for svt releases with "
                 f"`dpstream budget init ... --filter approx`; nothing was debited"
             )
 

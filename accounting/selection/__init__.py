@@ -10,7 +10,7 @@ Vector Technique with Renyi Differential Privacy", cited as ZW):
 - `above_threshold_expost_epsilon`: pure ex-post DP of Gaussian AboveThreshold
   (LPB Algorithm 3) after it output BOT^(t-1) TOP (LPB Thm 17, worst case from
   Lemma 18), or after it was stopped from outside having output BOT^t (same
-  argument; docs/proofs/selection.above_threshold_expost_epsilon.md).
+  argument; docs/proofs/accounting.selection.above_threshold.above_threshold_expost_epsilon.md).
 - `above_threshold_rdp`, `above_threshold_pdp_epsilon`: ex-ante RDP of Gaussian
   AboveThreshold on queries bounded below (ZW's general bound, LPB Thm 6, with
   the worst-case stopping-time moment computed exactly; the closed form of LPB

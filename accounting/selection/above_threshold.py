@@ -38,7 +38,7 @@ def above_threshold_expost_epsilon(
       of a batch run): epsilon = log E[U_Delta^t] - log E[U_0^t]. Proof: the
       same conditioning on rho_hat as LPB Lemma 18 without the TOP factor; the
       ratio increases in every y_i (LPB Lemma 16 argument), so y_i = b is the
-      worst case; docs/proofs/selection.above_threshold_expost_epsilon.md.
+      worst case; docs/proofs/accounting.selection.above_threshold.above_threshold_expost_epsilon.md.
     Both values are attained by a pair of neighbours, so they are tight.
     Checks: t integer(s) >= 1; sigmas > 0; threshold finite; lower < upper;
     0 <= sensitivity <= upper - lower.
@@ -128,7 +128,7 @@ def above_threshold_rdp(alpha, sigma_threshold, sigma_query, threshold, sensitiv
     smaller than the moment it bounds when (threshold - lower)/sx < 0.36 and
     sz = sqrt(3) sx (at threshold = lower: 11.88 against 12.96), so Thm 7 as
     printed is not used; elsewhere the exact moment is smaller than Thm 7's
-    (docs/proofs/selection.above_threshold_rdp.md, tests).
+    (docs/proofs/accounting.selection.above_threshold.above_threshold_rdp.md, tests).
     Checks: alpha > 1 (scalar or array); sigmas > 0; 1 < gamma < (sz/sx)^2 (finite
     moment; Zhu–Wang's sz >= sqrt(3) sx is not needed); sensitivity >= 0;
     threshold and lower finite (any threshold, also below lower).
@@ -184,7 +184,7 @@ def above_threshold_pdp_epsilon(delta, sigma_threshold, sigma_query, threshold, 
     alpha = 1 + sqrt(C/A) and the value A + 2 sqrt(A C) (A = 0 gives 0).
     `gamma=None` takes the smallest value over 40 fixed gammas spread over
     (1, (sz/sx)^2); every gamma gives a valid guarantee and the grid depends
-    only on public parameters (docs/proofs/selection.above_threshold_rdp.md).
+    only on public parameters (docs/proofs/accounting.selection.above_threshold.above_threshold_rdp.md).
     Checks: 0 < delta < 1, and those of `above_threshold_rdp`.
     Caller must ensure: as for `above_threshold_rdp`.
     Numerics: the stopping-time moments in one vectorised quadrature call,

@@ -51,7 +51,7 @@ def laplace(values, scale: float, rng: SecureRandom, *, sensitivity: float = 1.0
     t = scale / step; a shift by m grid units changes every probability by at
     most exp(m / t) (Canonne–Kamath–Steinke 2020, Sec. 5.2 for the discrete
     Laplace; Dwork–McSherry–Nissim–Smith 2006 for the mechanism); see
-    docs/proofs/mechanisms.laplace.md.
+    docs/proofs/pipelines.mechanisms.additive.laplace.md.
     Checks: scale, sensitivity positive; values finite 1-d; quantum a power of two.
     Caller must ensure: the sensitivity and max_partitions follow from contribution bounding.
     Numerics: hardened (outputs are multiples of the grid step; pipelines.mechanisms.noise); integer inputs reach the
@@ -76,9 +76,9 @@ def gaussian(values, sigma: float, rng: SecureRandom, *, sensitivity: float = 1.
     adds sqrt(max_partitions) grid steps for the noise being discrete.
     Proof: a discrete Gaussian shifted by an integer vector v is dominated by
     the continuous Gaussian shifted by ||v||_2 + sqrt(d) grid units (d changed
-    coordinates; docs/proofs/noise.discrete_gaussian_domination.md, from the
+    coordinates; docs/proofs/pipelines.mechanisms.noise.discrete_gaussian_domination.md, from the
     tail bounds of Canonne–Kamath–Steinke 2020); rounding as in
-    docs/proofs/mechanisms.laplace.md.
+    docs/proofs/pipelines.mechanisms.additive.laplace.md.
     Checks: sigma, sensitivity positive; values finite 1-d; quantum a power of two.
     Caller must ensure: the sensitivity and max_partitions follow from contribution bounding.
     Numerics: hardened (outputs are multiples of the grid step); integer inputs reach the grid exactly.
@@ -99,8 +99,9 @@ def clamp_to_range(noisy_values, lower: float, upper: float) -> np.ndarray:
     wherever noise pushed a value outside the range (counts below 0). The
     clamped values are biased towards the range, so sums of them over many
     partitions overstate the total; release unclamped values when that matters.
-    Privacy: post-processing of the noisy values (Dwork–Roth 2014, Prop. 2.1);
-    the bounds must be public (here they follow from the job's clipping range).
+    Privacy: post-processing of the noisy values; the bounds must be public
+    (here they follow from the job's clipping range).
+    Proof: Dwork–Roth 2014, Prop. 2.1 (post-processing).
     Runtime: O(n).
     """
     if not lower <= upper:

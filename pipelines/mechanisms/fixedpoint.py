@@ -42,13 +42,13 @@ modulo 2**64, which is associative, so the result equals the true sum in any
 order whenever the true sum lies in [-2**63, 2**63); the check requires the sum
 of |terms| (computed in float64, relative error below n 2**-53 for n < 2**51
 terms) to be at most SUM_LIMIT = 2**62, which proves that (proof:
-docs/proofs/bounding.BoundContributions.md, Claim 3). Otherwise
+docs/proofs/pipelines.transforms.bounding.BoundContributions.md, Claim 3). Otherwise
 `SumOverflowError`, never a silent wrap.
 
 Quotients by a public maximum (`rounded_quotient`): the exact value
 units * q / m with one correctly rounded division (Python rationals), so a
 query clipped to [0, 1] moves by at most |a - b| / m + 2**-53 between exact
-totals a and b (docs/proofs/planning.plan_job.md, "Normalised queries").
+totals a and b (docs/proofs/pipelines.planning.job.plan_job.md, "Normalised queries").
 
 Numerics: exact (integer arithmetic) except `rounded_quotient`, which rounds once.
 Runtime: O(n) per sum (one int64 and one float64 pass, plus a groupby when the

@@ -131,7 +131,7 @@ class SparseVectorMonitor:
     monitor, over any number of windows and across `to_dict`/`from_dict`
     resumptions, are (epsilon, delta)-DP ("laplace": epsilon-DP).
     Proof: "fsrc": FSRC with a delta budget (`accounting.filters.FSRCFilter`,
-    docs/proofs/accounting.filters.FSRCFilter.md; LPB Thm 11 as printed is
+    docs/proofs/accounting.filters.fsrc.FSRCFilter.md; LPB Thm 11 as printed is
     false) with instance t (eps_max_t, delta_t)-pDP by Zhu–Wang's RDP (as
     restated in LPB Thm 6) and Markov's inequality (LPB Sec 2), the deltas
     delta_t = delta 6/(pi^2 t^2) summing to less than delta, and
@@ -140,7 +140,7 @@ class SparseVectorMonitor:
     restated in LPB Thm 20, instances (eps_i, delta_i)-DP since pDP implies DP;
     "laplace": Lyu–Su–Li 2017 Thm 2 per instance and the pure-DP filter.
     Instances cut short by `close()` and resumption are covered in
-    docs/proofs/monitor.SparseVectorMonitor.md.
+    docs/proofs/pipelines.mechanisms.monitor.SparseVectorMonitor.md.
     Checks: method in MONITOR_METHODS; threshold finite; sigmas positive with
     sigma_query > sigma_threshold for the Zhu–Wang bound ("fsrc",
     "whitehouse"); 0 < sensitivity <= 1; epsilon > 0; 0 < delta < 1 ("laplace":

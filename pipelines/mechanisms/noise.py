@@ -36,7 +36,7 @@ error of about 2**-53 and U is resolved to 2**-64, so G = floor(t E) lands in
 the wrong integer only when t E is within about t E 2**-52 <= 2**-26 grid units
 of an integer, or (tail) when U < 2**-40, an event of probability 2**-40.
 The resulting deviation of the noise pmf from the ideal one is neither
-accounted nor measurable by our statistical tests; see docs/proofs/noise.md.
+accounted nor measurable by our statistical tests; see docs/proofs/pipelines.mechanisms.noise.md.
 Runtime: O(n) with about 8 bytes of entropy per exponential draw (Laplace: 16
 bytes per value; Gaussian: about 40 bytes per value).
 """
@@ -214,7 +214,7 @@ def grid_sensitivity(sensitivity: float, step: float, exact: bool, changed: int,
     Discrete Gaussian (norm 2): its privacy curve can exceed the continuous
     Gaussian's at the same shift (by a relative 2e-11 at 2**19 grid units), but
     a shift by an integer vector v is dominated by the continuous Gaussian
-    shifted by ||v||_2 + sqrt(changed) grid units (docs/proofs/noise.discrete_gaussian_domination.md),
+    shifted by ||v||_2 + sqrt(changed) grid units (docs/proofs/pipelines.mechanisms.noise.discrete_gaussian_domination.md),
     so norm 2 always adds sqrt(changed) * step more. The discrete Laplace's pure
     DP ratio is exact and needs no such term.
     """

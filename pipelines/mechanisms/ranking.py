@@ -35,6 +35,8 @@ def exponential_top_k(
     Linf sensitivity. Each pick is epsilon-BR (Dong–Durfee–Rogers Prop 2 /
     Cesar–Rogers Def 2.3), and the k picks are adaptive: event
     `SelfComposed(BoundedRange(epsilon), k)`.
+    Proof: Dong–Durfee–Rogers 2019 Prop 2 per pick; the adaptive composition
+    of the k picks is the accountant's (bounded-range bounds).
     Checks: k in [1, len(scores)]; epsilon, sensitivity positive; method known.
     Caller must ensure: the candidate set is public or fixed by an earlier private selection.
     Numerics: idealised float (scores and noise in float64); only indices are released.
@@ -94,6 +96,7 @@ def report_noisy_max(
     Pure DP, event `PureDP(epsilon)` with epsilon from
     `accounting.selection.report_noisy_max_epsilon` (Lebensold–Precup–Balle
     2024, Thm 8: the bounded range [lower, upper] is what makes it pure).
+    Proof: LPB Thm 8 (= Thm 12) with the worst case of Lemma 16.
     Checks: at least 2 values; sigma, sensitivity positive; lower < upper.
     Caller must ensure: the number of values is public.
     Numerics: idealised float noise; only the index is released.
@@ -144,7 +147,8 @@ def count_mle(
     Privacy: exactly that of `gaussian` with the same arguments (post-processing);
     event `Gaussian(sigma, sensitivity_grid)`. `sensitivity` is L2 over the k counts
     (Cesar–Rogers Sec 6: Linf * sqrt(min(k, L0)) for counts).
-    Proof: Cesar–Rogers Sec 3.6 (post-processing of the Gaussian mechanism).
+    Proof: Cesar–Rogers Sec 3.6 and Alg. 1 (post-processing of the Gaussian mechanism,
+    Dwork–Roth 2014 Prop. 2.1).
     Checks and numerics: those of `gaussian`; outputs need not lie on the grid
     (they are functions of released grid values).
     Runtime: O(k).

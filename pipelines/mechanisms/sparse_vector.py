@@ -39,6 +39,10 @@ def above_threshold(
     The event is the ex-ante pure bound over
     the len(values) possible outcomes and the all-BOT outcome:
     `PureDP(max_t ex_post_epsilon(t))`.
+    Proof: LPB Thm 17 with the worst case of Lemma 18
+    (`accounting.selection.above_threshold_expost_epsilon`); every outcome's
+    log-ratio is at most its ex-post loss, so the largest one over the
+    outcomes bounds them all.
     Checks: sigmas, sensitivity positive; lower < upper; finite threshold.
     Caller must ensure: the number of values is public; values arrive in a data-independent order.
     Numerics: idealised float noise; only the index is released.

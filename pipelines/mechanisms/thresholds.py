@@ -61,7 +61,7 @@ def gaussian_threshold(
     sensitivity sqrt(L0) tau_g), and the partitions only one holds appear with
     probability <= delta, independently; this gives the event's dominating
     pair (Wilkins–Kifer–Zhang–Karrer 2023 analyse the same mechanism exactly).
-    Proof: docs/proofs/events.GaussianThreshold.md.
+    Proof: docs/proofs/accounting.events.GaussianThreshold.md.
     Checks: sigma, threshold positive; delta in (0, 1); counts finite 1-d; quantum a power of two.
     Caller must ensure: contribution bounding gives the stated L0 and Linf bounds.
     Numerics: hardened (grid); the cutoff is rounded up (see `selection_margin`).
@@ -114,7 +114,7 @@ def distinct_threshold(
     partition only one neighbour holds has units 1 and appears, all of them
     together, with probability <= delta. Event GaussianThreshold(sigma,
     sigma * mu, delta), the dominating pair of `gaussian_threshold`.
-    Proof: docs/proofs/mechanisms.distinct_threshold.md.
+    Proof: docs/proofs/pipelines.mechanisms.thresholds.distinct_threshold.md.
     Checks: sigma, extra_sigma, linf positive; |unit_value| <= linf; delta in (0, 1); units, sums finite 1-d of equal
     length; quantum a power of two.
     Caller must ensure: contribution bounding gives the stated L0 and Linf bounds, and
@@ -202,7 +202,7 @@ def truncated_gaussian(
     delta-approximate rho-zCDP.
     Proof: Cesar–Rogers Lemma 6.4 (with their erratum: Pr[E] >= 1 - delta/Delta);
     paper sigma = our sigma / tau. The grid version is argued in
-    docs/proofs/mechanisms.truncated_gaussian.md (tau and T rounded up to the grid).
+    docs/proofs/pipelines.mechanisms.thresholds.truncated_gaussian.md (tau and T rounded up to the grid).
     Checks: sigma, threshold positive; delta in (0, 1); counts finite 1-d; quantum a power of two.
     Caller must ensure: contribution bounding gives the stated L0 and Linf bounds.
     Numerics: hardened (grid); T solved in log space and rounded up.

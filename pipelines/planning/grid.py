@@ -38,7 +38,7 @@ def normalised_sensitivity(sensitivity: float, maximum: float) -> float:
     The query divides an exact total with one correct rounding
     (`fixedpoint.rounded_quotient`), off by at most 2**-54 inside [0, 1], and
     clipping is 1-Lipschitz, so the computed queries of neighbours differ by at
-    most sensitivity / maximum + QUOTIENT_ROUNDING (docs/proofs/planning.plan_job.md,
+    most sensitivity / maximum + QUOTIENT_ROUNDING (docs/proofs/pipelines.planning.job.plan_job.md,
     "Normalised queries"); rounded up, and at most 1 when sensitivity <= maximum
     (queries lie in [0, 1]). Above 1 only when maximum < sensitivity, which callers refuse.
     """

@@ -32,7 +32,7 @@ def svt_sensitivity(spec: SvtSpec, bounds: ContributionBounds) -> float:
     partition for bounding is (partition, positive or not), still at most L0
     of them), over the maximum; sum: the L1 sensitivity of the window total
     over the maximum; each plus the rounding of the query's one division
-    (`normalised_sensitivity`). Proof for share: docs/proofs/svt.SparseVectorAlerts.md.
+    (`normalised_sensitivity`). Proof for share: docs/proofs/pipelines.transforms.svt.SparseVectorAlerts.md.
     """
     if spec.metric == SvtMetric.SUM:
         return normalised_sensitivity(bounds.l1, spec.maximum)

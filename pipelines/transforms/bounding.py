@@ -18,7 +18,7 @@ clipped to [min_value, max_value] (DESIGN.md section 1). Steps:
 3. Per user, keep `max_partitions` of their partitions, chosen uniformly
    (smallest random key per (user, window, partition)), then sum per partition.
 
-Proof: docs/proofs/bounding.BoundContributions.md.
+Proof: docs/proofs/pipelines.transforms.bounding.BoundContributions.md.
 With `units`, step 3 also counts, per partition, the users it kept (each
 user adds 1 to at most `max_partitions` of these counts).
 

@@ -12,7 +12,8 @@ default), Gaussian thresholding of the number of distinct users
 Privacy: per window, the event planned by `planning.plan_job` (Laplace,
 Gaussian, GaussianThreshold or delta-approximate zCDP); the run's event is never above it (the
 planner sized the noise for grid rounding). Windows compose in the plan.
-Proof: the mechanisms' docstrings; sensitivities from `BoundContributions`, whose
+Proof: the mechanisms' docstrings; sensitivities from `BoundContributions`
+(docs/proofs/pipelines.transforms.bounding.BoundContributions.md), whose
 exact int64 sums in units of the bounds' quantum reach the mechanisms as they are
 (with the quantum), so the planned sensitivity is the one the data can produce.
 Caller must ensure: the partition list is public; `seed` only in tests.

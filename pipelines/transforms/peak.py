@@ -14,6 +14,9 @@ epsilon = `accounting.selection.report_noisy_max_epsilon` (Lebensold–Precup–
 Thm 8), at most the planned epsilon (sigma solved by `planning.plan_job`).
 A period with a single window releases that window, which is data-independent
 and costs nothing.
+Proof: LPB Thm 8 (`mechanisms.report_noisy_max`); the totals' sensitivity from `BoundContributions`
+(docs/proofs/pipelines.transforms.bounding.BoundContributions.md) and the division's rounding
+(docs/proofs/pipelines.planning.job.plan_job.md, "Normalised queries").
 Caller must ensure: maximum is public; `seed` only in tests.
 Runtime: one quadrature per distinct period size (memoised), O(windows) noise.
 """

@@ -7,8 +7,8 @@ Each window of the public range becomes one bounded query in [0, 1]
     share  bounded records whose value is positive / max(bounded records, maximum)
 clipped to [0, 1], from exact totals with one correctly rounded division
 (`fixedpoint`). One privacy unit moves it by at most `planning.svt_sensitivity`
-(docs/proofs/svt.SparseVectorAlerts.md for share; the division's rounding adds
-2**-53, docs/proofs/planning.plan_job.md).
+(docs/proofs/pipelines.transforms.svt.SparseVectorAlerts.md for share; the division's rounding adds
+2**-53, docs/proofs/pipelines.planning.job.plan_job.md).
 The queries go, in window order, to a `pipelines.mechanisms.monitor.SparseVectorMonitor`
 (Gaussian AboveThreshold instances under the FSRC filter by default), which
 answers each window alert / no alert and says when its filter has halted it.
@@ -33,8 +33,8 @@ Outputs per window: release, window_start, window_end, alert, halted, note
 (""), plus one row with note "halted: budget exhausted" (alert false, halted
 true) at the window where the filter refused a new instance.
 
-Privacy: the monitor's (docstring of SparseVectorMonitor, proof note
-docs/proofs/monitor.SparseVectorMonitor.md): the whole output over all runs is
+Privacy and Proof: the monitor's (docstring of SparseVectorMonitor, proof note
+docs/proofs/pipelines.mechanisms.monitor.SparseVectorMonitor.md): the whole output over all runs is
 (epsilon, delta)-DP with the monitor's budget, given sensitivity-bounded
 queries in a data-independent order. Rows carry only alert bits and halting,
 which are the monitor's outputs; the window set is public.

@@ -9,6 +9,8 @@ Algorithm 1).
 Privacy: per window SelfComposed(BoundedRange(epsilon), k) (Dong–Durfee–Rogers
 Prop 2; score range = Linf for monotone sums, 2 Linf otherwise), plus
 Gaussian(sigma, Linf sqrt(min(k, L0))) for the counts; all composed by the plan.
+Proof: the mechanisms' (`exponential_top_k`, `count_mle`); sensitivities from `BoundContributions`
+(docs/proofs/pipelines.transforms.bounding.BoundContributions.md).
 Caller must ensure: the partition list is public; `seed` only in tests.
 Numerics: the bounded sums are exact int64 units of the bounds' quantum; the
 counts reach the grid exactly (`mechanisms.count_mle` with the quantum), the

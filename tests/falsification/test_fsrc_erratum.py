@@ -1,6 +1,6 @@
 """The FSRC erratum, computed exactly: the published rule leaks on the counterexample, dpstream's filter does not.
 
-Counterexample (docs/proofs/accounting.filters.FSRCFilter.md): mechanism M(d) outputs "bad" with probability d
+Counterexample (docs/proofs/accounting.filters.fsrc.FSRCFilter.md): mechanism M(d) outputs "bad" with probability d
 on D and d e^-B on D', "ok" otherwise. It is (e_ok(d), d)-pDP with e_ok(d) = log((1 - d e^-B) / (1 - d)), and
 its ex-post losses are B ("bad") and e_ok(d) ("ok"). An analyst runs M(d_t) at step t, with d_t the delta the
 filter's rule gives instance t, for as long as the filter admits it (or up to a horizon).
