@@ -119,7 +119,7 @@ class PrivacyFilter(abc.ABC):
         from dpstream.accounting.filters import FILTER_CLASSES
 
         kind = data.get("filter")
-        cls = FILTER_CLASSES.get(kind)
+        cls = FILTER_CLASSES.get(kind) if isinstance(kind, str) else None
         if cls is None:
             raise ValueError(f"unknown filter {kind!r}; known: {', '.join(sorted(FILTER_CLASSES))}")
         instance = cls(**data["parameters"])
