@@ -137,6 +137,14 @@ class EventFilter(PrivacyFilter):
     except that a halting filter records its halt.
     """
 
+    @staticmethod
+    def from_dict(data: Mapping[str, Any]) -> "EventFilter":
+        """`PrivacyFilter.from_dict` for a filter that must take privacy events (a budget scope's filter)."""
+        loaded = PrivacyFilter.from_dict(data)
+        if not isinstance(loaded, EventFilter):
+            raise ValueError(f"filter {loaded.kind!r} is not an event filter: it does not take privacy events")
+        return loaded
+
     @abc.abstractmethod
     def _charge(self, leaves: Mapping[Event, int]) -> Any:
         """The state after admitting `leaves` ({leaf event: count}), or None when refused."""

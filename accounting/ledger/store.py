@@ -18,7 +18,7 @@ from sqlalchemy import event as sa_event
 from sqlalchemy.engine import make_url
 
 from dpstream.accounting.events import Event, InvalidEventError
-from dpstream.accounting.filters import PrivacyFilter, SCOPE_FILTERS, default_scope_filter, scope_filter
+from dpstream.accounting.filters import EventFilter, PrivacyFilter, SCOPE_FILTERS, default_scope_filter, scope_filter
 from dpstream.accounting.ledger.errors import LedgerError
 from dpstream.accounting.ledger.periods import Periods, check_unit_period, period_runs
 from dpstream.accounting.ledger.records import (
@@ -340,7 +340,7 @@ class Ledger:
             state = stored[period].filter_state if period in stored else fresh
             if state in decisions:
                 continue
-            budget_filter = PrivacyFilter.from_dict(json.loads(state))
+            budget_filter = EventFilter.from_dict(json.loads(state))
             was_halted = budget_filter.halted
             try:
                 admitted = budget_filter.try_spend(event)
@@ -415,7 +415,7 @@ class Ledger:
 
     def _spend_locked(self, conn: sa.Connection, row: sa.Row, scope: str, event: Event, label: str) -> SpendResult:
         """`spend` inside a transaction that holds the scope's lock (`row`)."""
-        budget_filter = PrivacyFilter.from_dict(json.loads(row.filter_state))
+        budget_filter = EventFilter.from_dict(json.loads(row.filter_state))
         was_halted = budget_filter.halted
         try:
             admitted = budget_filter.try_spend(event)
