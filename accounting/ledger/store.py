@@ -11,7 +11,7 @@ import os
 import time
 from contextlib import contextmanager
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy import event as sa_event
@@ -71,6 +71,14 @@ def _check_name(what: str, value: str, limit: int) -> str:
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+
+
+def _inserted_id(result: sa.CursorResult[Any]) -> int:
+    """The id of the release row a single-row insert just wrote (SQLAlchemy types the key as optional)."""
+    key = result.inserted_primary_key
+    if key is None:
+        raise LedgerError("the database reported no id for the new release; nothing was debited")
+    return int(key[0])
 
 
 class Ledger:
@@ -384,7 +392,7 @@ class Ledger:
                                          "periods": periods.count, **largest_spent(after)}),
             )
         )
-        release_id = int(result.inserted_primary_key[0])
+        release_id = _inserted_id(result)
         conn.execute(self.release_periods.insert(),
                      [{"release_id": release_id, "period": p} for p in periods.indices()])
         _debit_hook()
@@ -458,7 +466,7 @@ class Ledger:
                 budget_after=json.dumps(budget_filter.public_dict()),
             )
         )
-        return int(result.inserted_primary_key[0])
+        return _inserted_id(result)
 
     def show(self, scope: str) -> dict[str, Any]:
         """The scope's public view: budget, filter rule and state, release count, monitors (halted or not).
@@ -494,13 +502,13 @@ class Ledger:
             "unit_period": None,
         }
 
-    def _period_rows(self, conn: sa.Connection, scope: str) -> list[sa.Row]:
+    def _period_rows(self, conn: sa.Connection, scope: str) -> Sequence[sa.Row]:
         return conn.execute(
             sa.select(self.periods).where(self.periods.c.scope == scope).order_by(self.periods.c.period)
         ).all()
 
     @staticmethod
-    def _period_view(row: sa.Row, period: int, template: dict[str, Any], period_rows: list[sa.Row], count: int,
+    def _period_view(row: sa.Row, period: int, template: dict[str, Any], period_rows: Sequence[sa.Row], count: int,
                      monitors: list[dict[str, Any]]) -> dict[str, Any]:
         """`show` of a period scope: the budget of each period and public figures over the periods spent on."""
         spent = [r for r in period_rows if r.releases > 0]
