@@ -34,7 +34,7 @@ import json
 import os
 import re
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, Mapping, Protocol
 
 import numpy as np
 import pandas as pd
@@ -363,7 +363,26 @@ def _locate_json_error(path: str, data: bytes, err: Exception) -> InputError:
 # -- conversion ------------------------------------------------------------------------------------
 
 
-def to_events(table: pa.Table, spec: InputSpec, path: str, row_of) -> pa.RecordBatch:
+class Conversion(Protocol):
+    """What `to_events` reads from a source: event field -> column, and how to parse timestamps.
+
+    `InputSpec` is one; `connectors.pubsub` passes its own for JSON messages.
+    """
+
+    @property
+    def columns(self) -> Mapping[str, str]: ...
+
+    @property
+    def value(self) -> str | None: ...
+
+    @property
+    def timestamp_format(self) -> str: ...
+
+    @property
+    def timezone(self) -> str: ...
+
+
+def to_events(table: pa.Table, spec: Conversion, path: str, row_of) -> pa.RecordBatch:
     """Mapped columns of `table` -> one EVENT_SCHEMA batch; `row_of(i)` gives the row number to report."""
 
     def convert(field: str, function):
