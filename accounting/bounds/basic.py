@@ -22,7 +22,7 @@ def _round_up(value: float) -> float:
 
 
 def pure_epsilon(event: Event) -> float:
-    """The epsilon of an event that is epsilon-DP (BoundedRange: epsilon-BR implies epsilon-DP), or of an ApproxDP event.
+    """The epsilon of an epsilon-DP event (BoundedRange: epsilon-BR implies epsilon-DP), or of an ApproxDP event.
 
     TypeError for an event that has no epsilon.
     """

@@ -305,7 +305,9 @@ def choose_step(composition: Composition, step: float | None = None) -> float:
 
 def _radius(composition: Composition, step: float) -> float:
     """Half-width of the truncation window: Hoeffding with losses in [-eps_i, eps_i + step]."""
-    spread = math.fsum(c * (pure_epsilon(e) + step / 2) ** 2 for e, c in composition if not isinstance(e, GAUSSIAN_PART))
+    spread = math.fsum(
+        c * (pure_epsilon(e) + step / 2) ** 2 for e, c in composition if not isinstance(e, GAUSSIAN_PART)
+    )
     return math.sqrt(-2.0 * LOG_TAIL * spread)
 
 
