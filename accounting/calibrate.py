@@ -89,13 +89,18 @@ class CalibratedRelease:
 
     @property
     def noise(self) -> float:
-        """Noise parameter of one run: Laplace scale, Gaussian sigma, or epsilon for exponential/pure."""
+        """Noise parameter of one run: Laplace scale, Gaussian sigma, or epsilon for exponential/pure.
+
+        TypeError for an event of another class (a `Release` subclass may build one).
+        """
         event = self.event
         if isinstance(event, Laplace):
             return event.scale
         if isinstance(event, Gaussian):
             return event.sigma
-        return event.epsilon
+        if isinstance(event, (BoundedRange, PureDP)):
+            return event.epsilon
+        raise TypeError(f"release {self.release.name!r}: no noise parameter for event {event!r}")
 
 
 @dataclass(frozen=True)

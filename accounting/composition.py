@@ -11,9 +11,12 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, fields
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, TypeVar, overload
 
 from dpstream.accounting.events import LEAF_EVENTS, Composed, Event, InvalidEventError, SelfComposed
+
+E = TypeVar("E", bound=Event)
+F = TypeVar("F", bound=Event)
 
 
 def _sort_key(event: Event) -> tuple:
@@ -74,7 +77,17 @@ class Composition:
         """True when every leaf is an instance of one of `classes` (and there is at least one)."""
         return bool(self.items) and all(isinstance(event, classes) for event, _ in self.items)
 
-    def select(self, *classes: type) -> list[tuple[Event, int]]:
+    @overload
+    def select(self, cls: type[E], /) -> list[tuple[E, int]]: ...
+
+    @overload
+    def select(self, first: type[E], second: type[F], /) -> list[tuple[E | F, int]]: ...
+
+    @overload
+    def select(self, *classes: type[Event]) -> list[tuple[Event, int]]: ...
+
+    def select(self, *classes: type[E]) -> list[tuple[E, int]]:
+        """The (leaf, count) pairs whose leaf is an instance of one of `classes`, typed as those classes."""
         return [(event, count) for event, count in self.items if isinstance(event, classes)]
 
     def relaxed(self) -> "Composition":

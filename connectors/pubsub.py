@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 from apache_beam.io.gcp.pubsub import PubsubMessage, ReadFromPubSub
 from apache_beam.metrics import Metrics
-from apache_beam.transforms.window import GlobalWindow
+from apache_beam.transforms.window import GlobalWindow, TimestampedValue
 from apache_beam.utils.timestamp import Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
 
@@ -91,7 +91,10 @@ class PubSubSource:
     @property
     def path(self) -> str:
         """The subscription or topic read (reports name it as the input's path)."""
-        return self.subscription or self.topic
+        if self.subscription is not None:
+            return self.subscription
+        assert self.topic is not None, "__post_init__ requires exactly one of subscription and topic"
+        return self.topic
 
     @property
     def columns(self) -> dict[str, str]:
@@ -144,13 +147,13 @@ class _ToEventBatches(beam.DoFn):
         self._source = source
         self._batches = Metrics.counter("dpstream", "input_batches")
 
-    def start_bundle(self):
+    def start_bundle(self) -> None:
         self._pending: list[tuple[bytes, int, str]] = []
 
     def process(self, message: PubsubMessage, timestamp=beam.DoFn.TimestampParam):
         self._pending.append((message.data, timestamp.micros, message.message_id or "(no id)"))
         if len(self._pending) >= BATCH_MESSAGES:
-            yield beam.window.TimestampedValue(*self._flush())
+            yield TimestampedValue(*self._flush())
 
     def finish_bundle(self):
         if self._pending:

@@ -54,6 +54,7 @@ from typing import Iterable
 import numpy as np
 
 from dpstream.accounting.bounds import Bound
+from dpstream.accounting.bounds.basic import pure_epsilon
 from dpstream.accounting.bounds.discrete_pld import DiscretePLD
 from dpstream.accounting.bounds.pure_dp import PURE_EVENTS, ULP, binomial_loss_atoms, rr_log_probabilities
 from dpstream.accounting.composition import Composition
@@ -257,7 +258,7 @@ def approx_dp_epsilon(pairs: Iterable[tuple[float, float]], delta: float) -> flo
 
 def composition_pairs(composition: Composition) -> list[tuple[tuple[float, float], int]]:
     """((epsilon, delta), count) for every leaf of a composition of pure and approximate DP events."""
-    return [((float(event.epsilon), float(getattr(event, "delta", 0.0))), count) for event, count in composition]
+    return [((pure_epsilon(event), float(getattr(event, "delta", 0.0))), count) for event, count in composition]
 
 
 class ChourasiaRecursion(Bound):

@@ -14,16 +14,21 @@ import math
 
 from dpstream.accounting.bounds import Bound
 from dpstream.accounting.composition import Composition
-from dpstream.accounting.events import ApproxDP, BoundedRange, Laplace, PureDP
+from dpstream.accounting.events import ApproxDP, BoundedRange, Event, Laplace, PureDP
 
 
 def _round_up(value: float) -> float:
     return math.nextafter(value, math.inf) if value > 0 else value
 
 
-def pure_epsilon(event) -> float:
-    """The epsilon of an event that is epsilon-DP (BoundedRange: epsilon-BR implies epsilon-DP)."""
-    return float(event.epsilon)
+def pure_epsilon(event: Event) -> float:
+    """The epsilon of an epsilon-DP event (BoundedRange: epsilon-BR implies epsilon-DP), or of an ApproxDP event.
+
+    TypeError for an event that has no epsilon.
+    """
+    if isinstance(event, (PureDP, ApproxDP, BoundedRange, Laplace)):
+        return float(event.epsilon)
+    raise TypeError(f"no epsilon for event {event!r}; allowed: PureDP, ApproxDP, BoundedRange, Laplace")
 
 
 def basic_totals(composition: Composition) -> tuple[float, float]:

@@ -29,6 +29,7 @@ from scipy.special import gammaln
 
 from dpstream.accounting.bounds import Bound
 from dpstream.accounting.bounds import generalized_rr as rr
+from dpstream.accounting.bounds.basic import pure_epsilon
 from dpstream.accounting.composition import Composition
 from dpstream.accounting.events import BoundedRange
 
@@ -341,7 +342,7 @@ def mgf_epsilon(epsilons, delta: float, counts=None) -> float:
 
 
 def _br_groups(composition: Composition) -> tuple[list[float], list[int]]:
-    epsilons = [float(event.epsilon) for event, _ in composition]
+    epsilons = [pure_epsilon(event) for event, _ in composition]
     counts = [int(count) for _, count in composition]
     return epsilons, counts
 
@@ -373,7 +374,7 @@ class OptimalNonadaptiveBR(Bound):
     nonadaptive_only = True
 
     def applies(self, composition: Composition) -> bool:
-        return composition.only(BoundedRange) and len({float(e.epsilon) for e, _ in composition}) == 1
+        return composition.only(BoundedRange) and len({pure_epsilon(e) for e, _ in composition}) == 1
 
     def is_exact(self, composition: Composition) -> bool:
         return True  # DDR Thm 3 is the optimum over non-adaptive compositions of epsilon-BR mechanisms

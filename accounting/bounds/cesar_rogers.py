@@ -37,6 +37,7 @@ from scipy.special import gammaln, logsumexp
 
 from dpstream.accounting.bounds import Bound
 from dpstream.accounting.bounds import generalized_rr as rr
+from dpstream.accounting.bounds.basic import pure_epsilon
 from dpstream.accounting.bounds.bounded_range import mgf_log_moment as br_log_mgf
 from dpstream.accounting.composition import Composition
 from dpstream.accounting.events import ZCDP, BoundedRange, Gaussian, Laplace, PureDP
@@ -51,10 +52,6 @@ _LOG_FLOOR = -1.0e4  # stands in for ln 0 while root finding; far below any floa
 
 _PURE = (PureDP, Laplace)
 _MIXED_KINDS = (PureDP, Laplace, BoundedRange, Gaussian, ZCDP)
-
-
-def _pure_epsilon(event) -> float:
-    return float(event.epsilon)
 
 
 # ---------------------------------------------------------------------------
@@ -158,7 +155,7 @@ def _pure_br_counts(composition: Composition) -> tuple[int, int, float]:
     """(number of pure-DP events, number of BR events, largest epsilon) of a pure/BR composition."""
     num_pure = sum(c for _, c in composition.select(*_PURE))
     num_br = sum(c for _, c in composition.select(BoundedRange))
-    epsilon = max(_pure_epsilon(e) for e, _ in composition)
+    epsilon = max(pure_epsilon(e) for e, _ in composition)
     return num_pure, num_br, epsilon
 
 
@@ -269,7 +266,7 @@ class MixedProfile:
         br: dict[float, int] = {}
         for event, count in composition:
             if isinstance(event, _PURE):
-                pure[_pure_epsilon(event)] = pure.get(_pure_epsilon(event), 0) + count
+                pure[pure_epsilon(event)] = pure.get(pure_epsilon(event), 0) + count
             elif isinstance(event, BoundedRange):
                 br[float(event.epsilon)] = br.get(float(event.epsilon), 0) + count
         rho = math.fsum(c * e.mu**2 / 2 for e, c in composition.select(Gaussian))

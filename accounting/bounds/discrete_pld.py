@@ -32,8 +32,8 @@ SUM_SLACK = 1e-13
 EPSILON_MARGIN = 1e-12
 
 
-def _log_one_minus_exp(x: np.ndarray) -> np.ndarray:
-    """log(1 - e^x) for x <= 0 (-inf at 0)."""
+def _log_one_minus_exp(x: np.ndarray | float) -> np.ndarray | float:
+    """log(1 - e^x) for x <= 0 (-inf at 0), elementwise on an array."""
     with np.errstate(divide="ignore"):
         return np.log(-np.expm1(x))
 

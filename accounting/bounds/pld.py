@@ -72,6 +72,7 @@ from scipy.optimize import brentq
 from scipy.special import log_ndtr
 
 from dpstream.accounting.bounds import Bound
+from dpstream.accounting.bounds.basic import pure_epsilon
 from dpstream.accounting.bounds.gaussian import gdp_epsilon
 from dpstream.accounting.composition import Composition
 from dpstream.accounting.events import ApproxDP, BoundedRange, Event, Gaussian, GaussianThreshold, Laplace, PureDP
@@ -292,7 +293,7 @@ def gdp_delta_array(mu: float, x: np.ndarray) -> np.ndarray:
 
 def choose_step(composition: Composition, step: float | None = None) -> float:
     """The loss grid: `step` if given, else DEFAULT_STEP, finer for narrow plans, coarser for very wide ones."""
-    width = 2 * math.fsum(float(e.epsilon) * c for e, c in composition if not isinstance(e, GAUSSIAN_PART))
+    width = 2 * math.fsum(pure_epsilon(e) * c for e, c in composition if not isinstance(e, GAUSSIAN_PART))
     if step is not None:
         if not (isinstance(step, (int, float)) and math.isfinite(step) and step > 0):
             raise ValueError(f"PLD loss step must be a positive finite number, got {step!r}")
@@ -304,7 +305,9 @@ def choose_step(composition: Composition, step: float | None = None) -> float:
 
 def _radius(composition: Composition, step: float) -> float:
     """Half-width of the truncation window: Hoeffding with losses in [-eps_i, eps_i + step]."""
-    spread = math.fsum(c * (float(e.epsilon) + step / 2) ** 2 for e, c in composition if not isinstance(e, GAUSSIAN_PART))
+    spread = math.fsum(
+        c * (pure_epsilon(e) + step / 2) ** 2 for e, c in composition if not isinstance(e, GAUSSIAN_PART)
+    )
     return math.sqrt(-2.0 * LOG_TAIL * spread)
 
 

@@ -35,6 +35,7 @@ import numpy as np
 from scipy.special import gammaln
 
 from dpstream.accounting.bounds import Bound
+from dpstream.accounting.bounds.basic import pure_epsilon
 from dpstream.accounting.bounds.discrete_pld import DiscretePLD
 from dpstream.accounting.composition import Composition
 from dpstream.accounting.events import BoundedRange, Laplace, PureDP
@@ -92,7 +93,7 @@ def _check_epsilon(epsilon: float) -> None:
 
 def common_epsilon(composition: Composition) -> float | None:
     """The single epsilon shared by every pure event of `composition`, or None."""
-    values = {float(event.epsilon) for event, _ in composition}
+    values = {pure_epsilon(event) for event, _ in composition}
     return values.pop() if len(values) == 1 else None
 
 

@@ -54,6 +54,7 @@ import numpy as np
 from scipy.special import expit, log_expit
 
 from dpstream.accounting.bounds import Bound
+from dpstream.accounting.bounds.basic import pure_epsilon
 from dpstream.accounting.bounds.generalized_rr import log_one_minus_q, log_q
 from dpstream.accounting.bounds.rdp_conversion import renyi_epsilon, renyi_log_delta
 from dpstream.accounting.composition import Composition
@@ -190,14 +191,13 @@ def renyi_curve(composition: Composition) -> RenyiCurve:
     linear: list[float] = []
     by_kind: dict[type, dict[float, int]] = {Laplace: {}, PureDP: {}, BoundedRange: {}}
     for event, count in composition:
-        kind = type(event)
-        if kind is Gaussian:
+        if type(event) is Gaussian:
             linear.append(count * (event.sensitivity / event.sigma) ** 2 / 2.0)
-        elif kind is ZCDP:
+        elif type(event) is ZCDP:
             linear.append(count * float(event.rho))
-        elif kind in by_kind:
-            merged = by_kind[kind]
-            epsilon = float(event.epsilon)
+        elif type(event) in by_kind:
+            merged = by_kind[type(event)]
+            epsilon = pure_epsilon(event)
             merged[epsilon] = merged.get(epsilon, 0) + count
         else:
             raise TypeError(

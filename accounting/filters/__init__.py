@@ -59,7 +59,9 @@ def scope_filter(kind: str, epsilon: float, delta: float, **options: float) -> E
         raise ValueError(f"filter {kind!r} needs delta > 0, got 0")
     if kind == "whitehouse":
         return WhitehouseFilter(epsilon, delta, **options)
-    return {"zcdp": ZCDPFilter, "gdp": GDPFilter, "gdp-residue": GDPResidueFilter}[kind].for_budget(epsilon, delta)
+    return {
+        "zcdp": ZCDPFilter.for_budget, "gdp": GDPFilter.for_budget, "gdp-residue": GDPResidueFilter.for_budget
+    }[kind](epsilon, delta)
 
 
 __all__ = [

@@ -119,7 +119,7 @@ class PrivacyFilter(abc.ABC):
         from dpstream.accounting.filters import FILTER_CLASSES
 
         kind = data.get("filter")
-        cls = FILTER_CLASSES.get(kind)
+        cls = FILTER_CLASSES.get(kind) if isinstance(kind, str) else None
         if cls is None:
             raise ValueError(f"unknown filter {kind!r}; known: {', '.join(sorted(FILTER_CLASSES))}")
         instance = cls(**data["parameters"])
@@ -136,6 +136,14 @@ class EventFilter(PrivacyFilter):
     and `_apply(new_state)`. `try_spend` changes nothing unless it admits,
     except that a halting filter records its halt.
     """
+
+    @staticmethod
+    def from_dict(data: Mapping[str, Any]) -> "EventFilter":
+        """`PrivacyFilter.from_dict` for a filter that must take privacy events (a budget scope's filter)."""
+        loaded = PrivacyFilter.from_dict(data)
+        if not isinstance(loaded, EventFilter):
+            raise ValueError(f"filter {loaded.kind!r} is not an event filter: it does not take privacy events")
+        return loaded
 
     @abc.abstractmethod
     def _charge(self, leaves: Mapping[Event, int]) -> Any:

@@ -10,7 +10,7 @@ Leaves without a GDP description (ApproxDP, ZCDP) are refused with an error.
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Any, Mapping, Self
 
 import numpy as np
 from scipy.special import erfinv, gammaln, log_ndtr, ndtri
@@ -111,7 +111,7 @@ class GDPFilter(EventFilter):
         self._remaining = self.mu
 
     @classmethod
-    def for_budget(cls, epsilon: float, delta: float):
+    def for_budget(cls, epsilon: float, delta: float) -> Self:
         return cls(gdp_mu_for(epsilon, delta))
 
     @property
@@ -322,8 +322,9 @@ class GDPResidueFilter(GDPFilter):
         for atoms, naive_sq in _pure_chunks(pure):
             if mu == 0.0:
                 return None
-            mu = gdp_residue(mu, gaussian_sq, atoms, _up(gaussian_sq + naive_sq))
-            if mu is None:
+            residue = gdp_residue(mu, gaussian_sq, atoms, _up(gaussian_sq + naive_sq))
+            if residue is None:
                 return None
+            mu = residue
             gaussian_sq = 0.0
         return mu

@@ -116,10 +116,10 @@ class PureDPFilter(EventFilter):
         self._spent = fraction_from_json(state["spent_epsilon"])
 
     def _charge(self, leaves: Mapping[Event, int]) -> Fraction | None:
-        for leaf in leaves:
-            if pure_epsilon_exact(leaf) is None:
-                raise self._unsupported(leaf, PURE_KINDS)
-        spent = self._spent + pure_total(leaves)
+        total = pure_total(leaves)
+        if total is None:
+            raise self._unsupported(next(leaf for leaf in leaves if pure_epsilon_exact(leaf) is None), PURE_KINDS)
+        spent = self._spent + total
         return spent if spent <= self._budget else None
 
     def _apply(self, new_state: Fraction) -> None:

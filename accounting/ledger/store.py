@@ -11,14 +11,14 @@ import os
 import time
 from contextlib import contextmanager
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy import event as sa_event
 from sqlalchemy.engine import make_url
 
 from dpstream.accounting.events import Event, InvalidEventError
-from dpstream.accounting.filters import PrivacyFilter, SCOPE_FILTERS, default_scope_filter, scope_filter
+from dpstream.accounting.filters import EventFilter, PrivacyFilter, SCOPE_FILTERS, default_scope_filter, scope_filter
 from dpstream.accounting.ledger.errors import LedgerError
 from dpstream.accounting.ledger.periods import Periods, check_unit_period, period_runs
 from dpstream.accounting.ledger.records import (
@@ -71,6 +71,14 @@ def _check_name(what: str, value: str, limit: int) -> str:
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+
+
+def _inserted_id(result: sa.CursorResult[Any]) -> int:
+    """The id of the release row a single-row insert just wrote (SQLAlchemy types the key as optional)."""
+    key = result.inserted_primary_key
+    if key is None:
+        raise LedgerError("the database reported no id for the new release; nothing was debited")
+    return int(key[0])
 
 
 class Ledger:
@@ -340,7 +348,7 @@ class Ledger:
             state = stored[period].filter_state if period in stored else fresh
             if state in decisions:
                 continue
-            budget_filter = PrivacyFilter.from_dict(json.loads(state))
+            budget_filter = EventFilter.from_dict(json.loads(state))
             was_halted = budget_filter.halted
             try:
                 admitted = budget_filter.try_spend(event)
@@ -384,7 +392,7 @@ class Ledger:
                                          "periods": periods.count, **largest_spent(after)}),
             )
         )
-        release_id = int(result.inserted_primary_key[0])
+        release_id = _inserted_id(result)
         conn.execute(self.release_periods.insert(),
                      [{"release_id": release_id, "period": p} for p in periods.indices()])
         _debit_hook()
@@ -415,7 +423,7 @@ class Ledger:
 
     def _spend_locked(self, conn: sa.Connection, row: sa.Row, scope: str, event: Event, label: str) -> SpendResult:
         """`spend` inside a transaction that holds the scope's lock (`row`)."""
-        budget_filter = PrivacyFilter.from_dict(json.loads(row.filter_state))
+        budget_filter = EventFilter.from_dict(json.loads(row.filter_state))
         was_halted = budget_filter.halted
         try:
             admitted = budget_filter.try_spend(event)
@@ -458,7 +466,7 @@ class Ledger:
                 budget_after=json.dumps(budget_filter.public_dict()),
             )
         )
-        return int(result.inserted_primary_key[0])
+        return _inserted_id(result)
 
     def show(self, scope: str) -> dict[str, Any]:
         """The scope's public view: budget, filter rule and state, release count, monitors (halted or not).
@@ -494,13 +502,13 @@ class Ledger:
             "unit_period": None,
         }
 
-    def _period_rows(self, conn: sa.Connection, scope: str) -> list[sa.Row]:
+    def _period_rows(self, conn: sa.Connection, scope: str) -> Sequence[sa.Row]:
         return conn.execute(
             sa.select(self.periods).where(self.periods.c.scope == scope).order_by(self.periods.c.period)
         ).all()
 
     @staticmethod
-    def _period_view(row: sa.Row, period: int, template: dict[str, Any], period_rows: list[sa.Row], count: int,
+    def _period_view(row: sa.Row, period: int, template: dict[str, Any], period_rows: Sequence[sa.Row], count: int,
                      monitors: list[dict[str, Any]]) -> dict[str, Any]:
         """`show` of a period scope: the budget of each period and public figures over the periods spent on."""
         spent = [r for r in period_rows if r.releases > 0]

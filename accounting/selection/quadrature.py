@@ -26,6 +26,7 @@ vectorised over arrays of t or d (about 0.03 ms per expectation, two per value).
 from __future__ import annotations
 
 import math
+from typing import TypeVar
 
 import numpy as np
 from scipy.special import erfcx, log_ndtr
@@ -292,11 +293,17 @@ def _log_gaussian_expectation_block(f):
 
 
 
+FloatOrArray = TypeVar("FloatOrArray", float, np.ndarray)
+
+
 def rounded_up_log_ratio(log_num: np.ndarray, log_den: np.ndarray, shape: tuple) -> float | np.ndarray:
     """log_num - log_den rounded up by the module's slack; a float for shape (), else an array of that shape."""
-    scalar = shape == ()
-    if scalar:  # Python floats: cheaper than numpy for one value
-        log_num, log_den = float(log_num[0]), float(log_den[0])
+    if shape == ():  # Python floats: cheaper than numpy for one value
+        return max(_rounded_up_difference(float(log_num[0]), float(log_den[0])), 0.0)
+    return np.maximum(_rounded_up_difference(log_num, log_den), 0.0).reshape(shape)
+
+
+def _rounded_up_difference(log_num: FloatOrArray, log_den: FloatOrArray) -> FloatOrArray:
+    """log_num - log_den plus the module's slack, for floats and arrays alike (not yet clipped at 0)."""
     epsilon = log_num - log_den
-    epsilon = epsilon + EPSILON_SLACK * abs(epsilon) + EPSILON_FLOOR + _ROUNDING_PER_LOG * (abs(log_num) + abs(log_den))
-    return max(epsilon, 0.0) if scalar else np.maximum(epsilon, 0.0).reshape(shape)
+    return epsilon + EPSILON_SLACK * abs(epsilon) + EPSILON_FLOOR + _ROUNDING_PER_LOG * (abs(log_num) + abs(log_den))
