@@ -67,7 +67,8 @@ def dpstream_nonadaptive(case):
 
 def dp_accounting_pld(case):
     """dp_accounting's PLD accountant; it has no exponential-mechanism event, so EM is pure eps-DP."""
-    from dp_accounting.pld import common, privacy_loss_distribution as pld_lib
+    from dp_accounting.pld import common
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
     total = None
     for kind, parameter, count in case:
@@ -145,7 +146,8 @@ def autodp(case):
 
 def prv_accountant(case):
     """prv_accountant (Gopi et al.): its upper estimate; EM as a pure-DP mechanism."""
-    from prv_accountant import PRVAccountant, privacy_random_variables as prv
+    from prv_accountant import PRVAccountant
+    from prv_accountant import privacy_random_variables as prv
 
     prvs, counts = [], []
     for kind, parameter, count in case:

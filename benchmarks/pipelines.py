@@ -73,10 +73,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from dpstream.pipelines.transforms.graph import release_graph
-from dpstream.pipelines.planning import plan_job
 from dpstream.connectors.schema import EVENT_SCHEMA, MICROS
 from dpstream.pipelines.config.specs import ContributionBounds, HistogramSpec, ReleaseSpec, WindowSpec
+from dpstream.pipelines.planning import plan_job
+from dpstream.pipelines.transforms.graph import release_graph
 
 DAY = 86400
 YEAR_START = 1356998400  # 2013-01-01T00:00:00Z

@@ -44,8 +44,8 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
-from dpstream.connectors import timestamps
 from dpstream.accounting.text import first_line
+from dpstream.connectors import timestamps
 from dpstream.connectors.errors import InputError, RowError
 from dpstream.connectors.files import filesystems, open_file
 from dpstream.connectors.schema import EVENT_SCHEMA, EventColumns

@@ -18,6 +18,7 @@ import tomllib
 from importlib import resources
 
 import apache_beam as beam
+from apache_beam.transforms.window import GlobalWindows
 
 import dpstream.pipelines as dp
 from dpstream.accounting.ledger import Ledger
@@ -66,7 +67,7 @@ def main(argv: list[str] | None = None) -> dict[str, str]:
     for name, path in files.items():
         (events
          | f"Release {name}" >> private.release(name)  # dict rows, each in its event-time window
-         | f"Unwindow {name}" >> beam.WindowInto(beam.window.GlobalWindows())
+         | f"Unwindow {name}" >> beam.WindowInto(GlobalWindows())
          | f"Collect {name}" >> beam.combiners.ToList()
          | f"Write {name}" >> beam.Map(write_rows, path))
     debit = private.run(pipeline)

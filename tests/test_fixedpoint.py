@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpstream.pipelines.transforms.aggregation import SumSeriesFn
+from dpstream.pipelines.config.specs import ContributionBounds, SpecError
 from dpstream.pipelines.mechanisms.fixedpoint import (
     QUOTIENT_ROUNDING,
     VALUE_BITS,
@@ -22,7 +22,7 @@ from dpstream.pipelines.mechanisms.fixedpoint import (
     value_quantum,
 )
 from dpstream.pipelines.planning.grid import normalised_sensitivity
-from dpstream.pipelines.config.specs import ContributionBounds, SpecError
+from dpstream.pipelines.transforms.aggregation import SumSeriesFn
 
 
 @pytest.mark.parametrize("value, quantum", [

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from scipy import integrate, optimize, stats
 
-from dpstream.accounting.events import BoundedRange, Gaussian, GaussianThreshold, Laplace, PureDP, SelfComposed, ZCDP
+from dpstream.accounting.events import ZCDP, BoundedRange, Gaussian, GaussianThreshold, Laplace, PureDP, SelfComposed
 from dpstream.pipelines import mechanisms
 from dpstream.pipelines.mechanisms import (
     clamp_to_range,

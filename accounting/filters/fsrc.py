@@ -16,7 +16,13 @@ import math
 from fractions import Fraction
 from typing import Any, Mapping
 
-from dpstream.accounting.filters.base import PrivacyFilter, check_budget, check_delta, fraction_from_json, fraction_to_json
+from dpstream.accounting.filters.base import (
+    PrivacyFilter,
+    check_budget,
+    check_delta,
+    fraction_from_json,
+    fraction_to_json,
+)
 
 _BASEL = Fraction("0.6079271018540266")
 """6 / pi^2 = 0.60792710185402662866... truncated: a rational a hair below 1 / zeta(2), so that the weights

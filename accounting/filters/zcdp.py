@@ -14,7 +14,7 @@ import math
 from fractions import Fraction
 from typing import Any, Mapping
 
-from dpstream.accounting.events import ApproxDP, BoundedRange, Event, Gaussian, Laplace, PureDP, ZCDP
+from dpstream.accounting.events import ZCDP, ApproxDP, BoundedRange, Event, Gaussian, Laplace, PureDP
 from dpstream.accounting.filters.base import (
     EventFilter,
     check_budget,

@@ -18,11 +18,16 @@ from sqlalchemy import event as sa_event
 from sqlalchemy.engine import make_url
 
 from dpstream.accounting.events import Event, InvalidEventError
-from dpstream.accounting.filters import EventFilter, PrivacyFilter, SCOPE_FILTERS, default_scope_filter, scope_filter
+from dpstream.accounting.filters import SCOPE_FILTERS, EventFilter, PrivacyFilter, default_scope_filter, scope_filter
 from dpstream.accounting.ledger.errors import LedgerError
 from dpstream.accounting.ledger.periods import Periods, check_unit_period, period_runs
 from dpstream.accounting.ledger.records import (
-    PERIOD_SCOPE, ReleaseRecord, SpendResult, largest_spent, monitor_view, scope_config,
+    PERIOD_SCOPE,
+    ReleaseRecord,
+    SpendResult,
+    largest_spent,
+    monitor_view,
+    scope_config,
 )
 from dpstream.accounting.text import duration_text, instant_text
 

@@ -8,10 +8,16 @@ import math
 import numpy as np
 
 from dpstream.accounting.selection.arguments import (
-    require_counts, require_finite, require_positive, require_range,
+    require_counts,
+    require_finite,
+    require_positive,
+    require_range,
 )
 from dpstream.accounting.selection.quadrature import (
-    EPSILON_FLOOR, EPSILON_SLACK, log_gaussian_expectation, rounded_up_log_ratio,
+    EPSILON_FLOOR,
+    EPSILON_SLACK,
+    log_gaussian_expectation,
+    rounded_up_log_ratio,
 )
 
 

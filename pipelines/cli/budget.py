@@ -22,9 +22,8 @@ from dpstream.accounting.events import InvalidEventError, SelfComposed
 from dpstream.accounting.filters import SCOPE_FILTERS
 from dpstream.accounting.ledger import DEFAULT_URL, LEDGER_ENV, Ledger, LedgerError, Periods
 from dpstream.accounting.text import duration_text
-from dpstream.pipelines.run.errors import EXIT_ERROR, EXIT_REFUSED
 from dpstream.pipelines.config.times import duration_seconds  # the job file's duration grammar ("1d", "6h", ...)
-
+from dpstream.pipelines.run.errors import EXIT_ERROR, EXIT_REFUSED
 
 FILTER_HELP = (
     "admission rule of the scope (default: pure when --delta is 0, else approx). "

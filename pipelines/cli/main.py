@@ -9,7 +9,9 @@ import argparse
 import sys
 
 from dpstream.accounting.text import version
-from dpstream.pipelines.cli import account as cli_account, budget as cli_budget, run as cli_run
+from dpstream.pipelines.cli import account as cli_account
+from dpstream.pipelines.cli import budget as cli_budget
+from dpstream.pipelines.cli import run as cli_run
 
 SUBCOMMAND_MODULES = (cli_account, cli_budget, cli_run)
 

@@ -17,7 +17,6 @@ from dpstream.pipelines.config import jobfile
 from dpstream.pipelines.run.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL  # no Beam import: the runner loads on use
 
 
-
 def register(subparsers) -> None:
     run = subparsers.add_parser(
         "run",
@@ -117,8 +116,8 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from dpstream.pipelines.run import runner
     from dpstream.pipelines.cli.demo import run_demo
+    from dpstream.pipelines.run import runner
 
     try:
         outcome = run_demo(args.output, args.beam_args)

@@ -15,15 +15,26 @@ import os
 import re
 import tomllib
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, NoReturn, overload
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from dpstream.connectors import readers, writers
-from dpstream.pipelines.config.times import duration_seconds, instant_seconds
 from dpstream.pipelines.config.specs import (
-    ContributionBounds, HistogramSpec, Noise, PeakSpec, ReleaseKind, ReleaseSpec, Selection, SpecError, SvtMethod,
-    SvtMetric, SvtSpec, TopKSpec, WindowSpec,
+    ContributionBounds,
+    HistogramSpec,
+    Noise,
+    PeakSpec,
+    ReleaseKind,
+    ReleaseSpec,
+    Selection,
+    SpecError,
+    SvtMethod,
+    SvtMetric,
+    SvtSpec,
+    TopKSpec,
+    WindowSpec,
 )
+from dpstream.pipelines.config.times import duration_seconds, instant_seconds
 
 FILE_INPUT_KEYS = ("format", "path", "user", "timestamp", "partition", "value", "timestamp_format", "timezone", "partitions")
 PUBSUB_INPUT_KEYS = (
@@ -318,8 +329,9 @@ def _svt(check: "_Checker", entry: dict, where: str, name: str, weight: float,
     )
 
 
-_RELEASE_BUILDERS = {ReleaseKind.HISTOGRAM: _histogram, ReleaseKind.TOPK: _topk, ReleaseKind.PEAK: _peak,
-                     ReleaseKind.SVT: _svt}
+_RELEASE_BUILDERS: dict[ReleaseKind, Callable[..., ReleaseSpec]] = {
+    ReleaseKind.HISTOGRAM: _histogram, ReleaseKind.TOPK: _topk, ReleaseKind.PEAK: _peak, ReleaseKind.SVT: _svt,
+}
 
 
 def _resolve(base: str, path: str) -> str:
@@ -350,7 +362,7 @@ class _Checker:
     def __init__(self, path: str) -> None:
         self.path = path
 
-    def fail(self, message: str):
+    def fail(self, message: str) -> NoReturn:
         raise JobFileError(f"{self.path}: {message}")
 
     def build(self, cls, **fields):
@@ -377,7 +389,7 @@ class _Checker:
             if key not in table:
                 self.fail(f"{where}.{key} is required")
 
-    def _get(self, table: dict, where: str, key: str, default):
+    def _get(self, table: dict, where: str, key: str, default: Any) -> Any:
         value = table.get(key, _MISSING)
         if value is _MISSING:
             if default is _MISSING:
@@ -385,13 +397,20 @@ class _Checker:
             return default
         return value
 
-    def text(self, table: dict, where: str, key: str, default=_MISSING) -> str | None:
+    @overload
+    def text(self, table: dict, where: str, key: str) -> str: ...
+    @overload
+    def text(self, table: dict, where: str, key: str, default: str) -> str: ...
+    @overload
+    def text(self, table: dict, where: str, key: str, default: None) -> str | None: ...
+
+    def text(self, table: dict, where: str, key: str, default: Any = _MISSING) -> str | None:
         value = self._get(table, where, key, default)
         if value is not default and (not isinstance(value, str) or not value):
             self.fail(f"{where}.{key} must be a non-empty string, got {value!r}")
         return value
 
-    def choice(self, table: dict, where: str, key: str, allowed, default=_MISSING) -> str:
+    def choice(self, table: dict, where: str, key: str, allowed: tuple[str, ...], default: Any = _MISSING) -> str:
         value = self._get(table, where, key, default)
         if value not in allowed:
             self.fail(f"{where}.{key} must be one of {', '.join(allowed)}, got {value!r}")
@@ -403,7 +422,14 @@ class _Checker:
             self.fail(f"{where}.{key} must be true or false, got {value!r}")
         return value
 
-    def number(self, table: dict, where: str, key: str, default=_MISSING) -> float | None:
+    @overload
+    def number(self, table: dict, where: str, key: str) -> float: ...
+    @overload
+    def number(self, table: dict, where: str, key: str, default: float) -> float: ...
+    @overload
+    def number(self, table: dict, where: str, key: str, default: None) -> float | None: ...
+
+    def number(self, table: dict, where: str, key: str, default: Any = _MISSING) -> float | None:
         value = self._get(table, where, key, default)
         if value is None and default is None:
             return None
@@ -411,7 +437,12 @@ class _Checker:
             self.fail(f"{where}.{key} must be a finite number, got {value!r}")
         return float(value)
 
-    def integer(self, table: dict, where: str, key: str, default=_MISSING, minimum: int = 1) -> int | None:
+    @overload
+    def integer(self, table: dict, where: str, key: str, default: int, minimum: int = 1) -> int: ...
+    @overload
+    def integer(self, table: dict, where: str, key: str, default: None, minimum: int = 1) -> int | None: ...
+
+    def integer(self, table: dict, where: str, key: str, default: Any = _MISSING, minimum: int = 1) -> int | None:
         value = self._get(table, where, key, default)
         if value is None and default is None:
             return None
@@ -420,7 +451,12 @@ class _Checker:
             self.fail(f"{where}.{key} must be {wanted}, got {value!r}")
         return value
 
-    def duration(self, table: dict, where: str, key: str, default=_MISSING) -> float | None:
+    @overload
+    def duration(self, table: dict, where: str, key: str) -> float: ...
+    @overload
+    def duration(self, table: dict, where: str, key: str, default: None) -> float | None: ...
+
+    def duration(self, table: dict, where: str, key: str, default: Any = _MISSING) -> float | None:
         """Seconds from a number or a string like "1d", "6h", "30m", "90s", "2w"."""
         value = self._get(table, where, key, default)
         if value is None and default is None:

@@ -12,13 +12,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import ClassVar, Union
+from typing import ClassVar, TypeVar, Union
 
 import numpy as np
 
 from dpstream.pipelines.config.times import duration_seconds, instant_seconds
 from dpstream.pipelines.mechanisms.fixedpoint import MAX_CONTRIBUTIONS, to_units, value_quantum
-
 
 
 class SpecError(ValueError):
@@ -234,11 +233,14 @@ class SvtMethod(StrEnum):
     LAPLACE = "laplace"
 
 
-def _member(enum: type[StrEnum], where: str, key: str, value: object) -> StrEnum:
-    try:
+E = TypeVar("E", bound=StrEnum)
+
+
+def _member(enum: type[E], where: str, key: str, value: object) -> E:
+    """`value` as a member of `enum` (its word, e.g. "laplace"), or a SpecError naming the key."""
+    if isinstance(value, str) and value in enum._value2member_map_:
         return enum(value)
-    except ValueError:
-        raise SpecError(f"{where}: {key} must be one of {[m.value for m in enum]}, got {value!r}") from None
+    raise SpecError(f"{where}: {key} must be one of {[m.value for m in enum]}, got {value!r}")
 
 
 def _number(value: object) -> bool:

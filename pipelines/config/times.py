@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 import re
-from datetime import date, datetime, time, timezone as dt_timezone
+from datetime import date, datetime, time
+from datetime import timezone as dt_timezone
 from zoneinfo import ZoneInfo
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}

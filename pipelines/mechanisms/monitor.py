@@ -43,11 +43,11 @@ import numpy as np
 
 from dpstream.accounting import selection
 from dpstream.accounting.events import ApproxDP, PureDP, SelfComposed
-from dpstream.accounting.filters import FSRCFilter, PrivacyFilter, PureDPFilter, WhitehouseFilter
+from dpstream.accounting.filters import EventFilter, FSRCFilter, PrivacyFilter, PureDPFilter, WhitehouseFilter
 from dpstream.accounting.filters.fsrc import basel_delta
+from dpstream.pipelines.mechanisms.noise import SecureRandom
 from dpstream.pipelines.mechanisms.release import positive
 from dpstream.pipelines.mechanisms.sparse_vector import laplace_above_threshold_epsilon, laplace_noise
-from dpstream.pipelines.mechanisms.noise import SecureRandom
 
 MONITOR_METHODS = ("fsrc", "whitehouse", "laplace")
 LOWER, UPPER = 0.0, 1.0
@@ -217,11 +217,11 @@ class SparseVectorMonitor:
             )
         self.instance_epsilon, self.instance_delta = self.instance_price(1)
         if self.method == "fsrc":
-            fits = self._fresh_filter().admits(self.instance_epsilon, self.instance_delta)
+            fits = FSRCFilter(self.epsilon, self.delta).admits(self.instance_epsilon, self.instance_delta)
         elif self.method == "whitehouse":
             fits = self._whitehouse_price[2] > 0
         else:
-            fits = self._fresh_filter().admits(PureDP(self.instance_epsilon))
+            fits = PureDPFilter(self.epsilon).admits(PureDP(self.instance_epsilon))
         if not fits:
             raise ValueError(
                 f"{owner}: budget epsilon={self.epsilon!r} admits no {self.method} instance, "
@@ -249,7 +249,7 @@ class SparseVectorMonitor:
         """Laplace scale with the same standard deviation as N(0, sigma^2): b = sigma / sqrt(2)."""
         return sigma / math.sqrt(2.0)
 
-    def _fresh_filter(self) -> PrivacyFilter:
+    def _fresh_filter(self) -> FSRCFilter | EventFilter:
         if self.method == "fsrc":
             return FSRCFilter(self.epsilon, self.delta)
         if self.method == "whitehouse":
@@ -333,7 +333,9 @@ class SparseVectorMonitor:
                 )
                 return MonitorOutput(window, False, True)
             self._instance = _Instance(window, 0, self.threshold + self._noise(rng, self.sigma_threshold))
-        if value + self._noise(rng, self.sigma_query) >= self._instance.noisy_threshold:
+        noisy_threshold = self._instance.noisy_threshold
+        assert noisy_threshold is not None, "a restored instance without its threshold is closed on restore"
+        if value + self._noise(rng, self.sigma_query) >= noisy_threshold:
             self._end_instance(halted=True)
             return MonitorOutput(window, True, False)
         self._instance.bots += 1
@@ -353,16 +355,14 @@ class SparseVectorMonitor:
 
     def _next_price(self) -> tuple[float, float]:
         """The price of the next instance: only "fsrc" prices depend on how many instances were admitted."""
-        if self.method == "fsrc":
+        if isinstance(self._filter, FSRCFilter):
             return self.instance_price(self._filter.instances + 1)
         return self.instance_epsilon, self.instance_delta
 
     def _admit(self, price: tuple[float, float]) -> bool:
-        if self.method == "fsrc":
+        if isinstance(self._filter, FSRCFilter):
             return self._filter.admits(*price)
-        if self.method == "whitehouse":
-            return self._filter.try_spend(ApproxDP(*price))
-        return self._filter.try_spend(PureDP(price[0]))
+        return self._filter.try_spend(ApproxDP(*price) if self.method == "whitehouse" else PureDP(price[0]))
 
     def _noise(self, rng: SecureRandom, sigma: float) -> float:
         if self.method == "laplace":
@@ -371,8 +371,10 @@ class SparseVectorMonitor:
 
     def _end_instance(self, halted: bool) -> None:
         """Charge the FSRC filter the ex-post loss of the instance's output (TOP after `bots` BOTs, or BOT^bots)."""
-        if self.method == "fsrc":
-            t = self._instance.bots + (1 if halted else 0)
+        instance = self._instance
+        assert instance is not None, "only an open instance ends"
+        if isinstance(self._filter, FSRCFilter):
+            t = instance.bots + (1 if halted else 0)
             self._filter.charge(_expost_epsilon(
                 t, self.sigma_threshold, self.sigma_query, self.threshold, self.sensitivity, halted
             ))
@@ -387,11 +389,12 @@ class SparseVectorMonitor:
         otherwise a monitor restored from this state closes the instance
         (`from_dict`). JSON-ready. Contains the realised spend: seal it, never publish it.
         """
-        instance = None
+        instance: dict[str, float] | None = None
         if self._instance is not None:
             instance = {"start": self._instance.start, "bots": self._instance.bots}
-            if self.persist_threshold:
-                instance["noisy_threshold"] = self._instance.noisy_threshold
+            threshold = self._instance.noisy_threshold
+            if self.persist_threshold and threshold is not None:
+                instance["noisy_threshold"] = threshold
         return {
             "monitor": "sparse_vector", "parameters": self._parameters(), "filter": self._filter.to_dict(),
             "window": self._window, "instance": instance, "halt_reason": self._halt_reason,
@@ -424,6 +427,8 @@ class SparseVectorMonitor:
             raise ValueError(
                 f"{owner}: the FSRC filter has an uncharged instance exactly when the state has one, got {instance!r}"
             )
+        if not isinstance(restored, (FSRCFilter, EventFilter)):
+            raise ValueError(f"{owner}: a monitor's filter is FSRC or an event filter, got {restored.kind!r}")
         monitor._filter, monitor._window, monitor._halt_reason = restored, window, reason
         if instance is not None:
             start, bots = instance.get("start"), instance.get("bots")

@@ -15,7 +15,6 @@ from dpstream.pipelines.mechanisms.additive import clamp_to_range, gaussian
 from dpstream.pipelines.mechanisms.noise import SecureRandom
 from dpstream.pipelines.mechanisms.release import Release, bounded_vector, checked_rng, count, positive, release, vector
 
-
 TOP_K_METHODS = ("gumbel", "peel")
 
 

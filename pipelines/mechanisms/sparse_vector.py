@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import math
-
 from dataclasses import dataclass
 
 import numpy as np

@@ -8,7 +8,7 @@ import math
 import numpy as np
 from scipy.special import log_ndtr, ndtri
 
-from dpstream.accounting.events import GaussianThreshold, ZCDP
+from dpstream.accounting.events import ZCDP, GaussianThreshold
 from dpstream.accounting.numerics import epsilon_from_delta_curve, expanding_upper, log_sub_exp
 from dpstream.pipelines.mechanisms.additive import noisy_on_grid
 from dpstream.pipelines.mechanisms.fixedpoint import is_power_of_two
@@ -135,6 +135,7 @@ def distinct_threshold(
         raise ValueError(f"{owner}: unit_value must be non-zero with |unit_value| <= linf={linf!r}, got {unit_value!r}")
     selection = gaussian_threshold(units, sigma, 1.0, rng, delta=delta, max_partitions=max_partitions)
     kept, noisy_units = selection.value
+    assert isinstance(selection.event, GaussianThreshold)
     values, mu = unit_value * noisy_units, selection.event.mu
     extra_linf = linf - abs(unit_value)
     if extra_linf > 0:

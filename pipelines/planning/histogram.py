@@ -125,9 +125,16 @@ class HistogramPlan:
 
     @property
     def noise_stddev(self) -> float:
-        if self.counts_units:
+        if self.unit_value is not None:  # distinct_threshold: the value is unit_value * noisy units + noisy extra
             return math.hypot(self.unit_value * self.noise, self.extra_noise or 0.0)
         return _stddev(self.mechanism, self.noise)
+
+    @property
+    def listed(self) -> tuple[str, ...]:
+        """The public partitions of a histogram over known partitions (every one appears in every window)."""
+        if self.spec.partitions is None:
+            raise ValueError(f"histogram {self.name!r} has no public partition list: its partitions are selected")
+        return self.spec.partitions
 
     @property
     def counts_units(self) -> bool:
@@ -177,7 +184,7 @@ class HistogramPlan:
             )
         norm = "L1" if self.mechanism == "laplace" else "L2"
         return (
-            f"Histogram {self.name!r} over {len(self.spec.partitions)} public partitions, one release per window "
+            f"Histogram {self.name!r} over {len(self.listed)} public partitions, one release per window "
             f"({self.runs} windows composed per privacy unit): every listed partition appears, empty or not, with discrete {self.mechanism} noise "
             f"(noise parameter {self.noise:.6g}, standard deviation {self.noise_stddev:.6g}) calibrated to the "
             f"{norm} sensitivity {self.sensitivity:.6g} of one user's bounded contributions (per window {self.event!r})."

@@ -30,7 +30,14 @@ from typing import Any, Callable, Union
 from dpstream.accounting.calibrate import CalibratedPlan, calibrate
 from dpstream.accounting.events import Event
 from dpstream.pipelines.config.specs import (
-    ContributionBounds, HistogramSpec, PeakSpec, ReleaseSpec, SpecError, SvtSpec, TopKSpec, WindowSpec,
+    ContributionBounds,
+    HistogramSpec,
+    PeakSpec,
+    ReleaseSpec,
+    SpecError,
+    SvtSpec,
+    TopKSpec,
+    WindowSpec,
 )
 from dpstream.pipelines.planning import histogram, peak, svt, topk
 from dpstream.pipelines.planning.context import Draft, PlanningContext

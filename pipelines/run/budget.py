@@ -113,7 +113,8 @@ class Budget:
         self.bounds, self.window, self.releases = bounds, window, tuple(releases)
         self.url = resolve_url(ledger)
         self.seed, self.shards, self.source = seed, shards, source
-        self._state_base, self._state_dir = state_dir, None
+        self._state_base: str | None = state_dir
+        self._state_dir: str | None = None
         try:
             self.plan: JobPlan = plan_job(self.releases, bounds, window, epsilon, delta, unit_period)
         except PlanningError as err:
@@ -260,9 +261,9 @@ class Budget:
 
     def _state_path(self, name: str) -> str:
         if self._state_dir is None:
-            local = self._state_base is None or is_local(self._state_base)
-            self._state_dir = (tempfile.mkdtemp(prefix="dpstream-sealed-", dir=self._state_base) if local
-                               else join(self._state_base, f".dpstream-sealed-{uuid.uuid4().hex}"))
+            base = self._state_base
+            self._state_dir = (tempfile.mkdtemp(prefix="dpstream-sealed-", dir=base) if base is None or is_local(base)
+                               else join(base, f".dpstream-sealed-{uuid.uuid4().hex}"))
         return join(self._state_dir, f"{name}.json")
 
     def scope_periods(self, view: dict[str, Any]) -> tuple[Periods | None, str | None]:

@@ -142,7 +142,7 @@ def run(
         tick = time.perf_counter()
         if is_local(output_dir):
             os.makedirs(output_dir, exist_ok=True)
-        if streaming:
+        if parts is not None:
             expected = {spec.name: streaming_io.emissions(job_plan[spec.name], job.window) for spec in job.releases}
             stream = _run_streaming(pipeline, debit, parts, expected, max_seconds, output_dir)
             pending = _merge_streamed(stream, parts, files, job.output.format, output_dir)
@@ -261,9 +261,10 @@ def _merge_streamed(stream: streaming_io.StreamingOutcome, parts: dict[str, str]
 def _input_error(err: BaseException) -> InputError | None:
     """The innermost InputError of the chain (Beam re-raises it with "[while running ...]" appended)."""
     found, seen = None, set()
-    while err is not None and id(err) not in seen:
-        if isinstance(err, InputError):
-            found = err
-        seen.add(id(err))
-        err = err.__cause__ or err.__context__
+    link: BaseException | None = err
+    while link is not None and id(link) not in seen:
+        if isinstance(link, InputError):
+            found = link
+        seen.add(id(link))
+        link = link.__cause__ or link.__context__
     return found

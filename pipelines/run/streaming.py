@@ -32,8 +32,8 @@ from dataclasses import dataclass
 import apache_beam as beam
 
 from dpstream.connectors.writers import join, read_bytes, write_bytes, write_rows
-from dpstream.pipelines.planning import PeakPlan
 from dpstream.pipelines.config.specs import WindowSpec
+from dpstream.pipelines.planning import PeakPlan
 from dpstream.pipelines.transforms.windowing import AttachWindowTimestamp, beam_windows, window_index
 
 _LOG = logging.getLogger(__name__)
@@ -118,7 +118,7 @@ def released(directory: str) -> set[int]:
 
 def merge_parts(directory: str, indices: set[int], path: str, fmt: str) -> int:
     """Write the rows of the given parts to one release file (sorted, as a batch run writes it); returns the rows."""
-    rows = []
+    rows: list[dict] = []
     for index in sorted(indices):
         text = read_bytes(part_path(directory, index)).decode("utf-8")
         rows.extend(json.loads(line) for line in text.splitlines() if line)

@@ -12,9 +12,9 @@ from __future__ import annotations
 import apache_beam as beam
 import pandas as pd
 
-from dpstream.pipelines.transforms.bounding import BoundContributions
-from dpstream.pipelines.mechanisms.fixedpoint import group_sums
 from dpstream.pipelines.config.specs import ContributionBounds, WindowSpec
+from dpstream.pipelines.mechanisms.fixedpoint import group_sums
+from dpstream.pipelines.transforms.bounding import BoundContributions
 from dpstream.pipelines.transforms.windowing import AttachWindowTimestamp, beam_windows
 
 

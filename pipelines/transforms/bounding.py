@@ -44,11 +44,12 @@ import apache_beam as beam
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+from apache_beam.transforms.window import TimestampedValue
 
-from dpstream.pipelines.mechanisms.fixedpoint import group_sums, to_units
-from dpstream.pipelines.mechanisms.noise import SecureRandom
 from dpstream.connectors.schema import EVENT_SCHEMA
 from dpstream.pipelines.config.specs import ContributionBounds, WindowSpec
+from dpstream.pipelines.mechanisms.fixedpoint import group_sums, to_units
+from dpstream.pipelines.mechanisms.noise import SecureRandom
 from dpstream.pipelines.transforms.windowing import beam_windows, window_indices, window_timestamp
 
 _MIX = np.uint64(0x9E3779B97F4A7C15)
@@ -63,7 +64,7 @@ def _splitmix(x: np.ndarray) -> np.ndarray:
     return x ^ (x >> np.uint64(31))
 
 
-def _combine(*parts: np.ndarray) -> np.ndarray:
+def _combine(*parts: np.ndarray | np.unsignedinteger) -> np.ndarray:
     state = np.zeros(np.broadcast_shapes(*(np.shape(p) for p in parts)), dtype=np.uint64)
     for part in parts:
         state = _splitmix((state + _MIX) ^ np.asarray(part).astype(np.uint64, copy=False))
@@ -175,7 +176,7 @@ class _PreAggregate(beam.DoFn):
                               **{name: column[order] for name, column in columns.items()}})
         for begin, end in zip(cuts[:-1], cuts[1:]):
             index, shard = divmod(int(piece[begin]), self._shards)
-            yield beam.window.TimestampedValue(((index, shard), frame.iloc[begin:end]), window_timestamp(self._window, index))
+            yield TimestampedValue(((index, shard), frame.iloc[begin:end]), window_timestamp(self._window, index))
 
 
 class _BoundWindow(beam.DoFn):

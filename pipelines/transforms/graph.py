@@ -11,11 +11,11 @@ from typing import Any, Mapping
 
 import apache_beam as beam
 
+from dpstream.pipelines.config.specs import ContributionBounds, ReleaseSpec, WindowSpec
+from dpstream.pipelines.planning import HistogramPlan, JobPlan, PeakPlan, ReleasePlan, SvtPlan, TopKPlan
 from dpstream.pipelines.transforms.aggregation import WindowedRelease
 from dpstream.pipelines.transforms.histogram import PrivateHistogram
 from dpstream.pipelines.transforms.peak import PeakWindow
-from dpstream.pipelines.planning import HistogramPlan, JobPlan, PeakPlan, ReleasePlan, SvtPlan, TopKPlan
-from dpstream.pipelines.config.specs import ContributionBounds, ReleaseSpec, WindowSpec
 from dpstream.pipelines.transforms.svt import STATE, SparseVectorAlerts
 from dpstream.pipelines.transforms.topk import PrivateTopK
 

@@ -27,22 +27,24 @@ from __future__ import annotations
 import apache_beam as beam
 
 from dpstream.pipelines import mechanisms
-from dpstream.pipelines.transforms.aggregation import WindowedRelease
-from dpstream.pipelines.planning import HistogramPlan
 from dpstream.pipelines.config.specs import WindowSpec
+from dpstream.pipelines.planning import HistogramPlan
+from dpstream.pipelines.transforms.aggregation import WindowedRelease
 from dpstream.pipelines.transforms.windowing import release_rng, window_bounds_iso
 
 
 def _select(plan: HistogramPlan, sums, rng, quantum: float) -> mechanisms.Release:
-    if plan.counts_units:
+    delta = plan.selection_delta
+    assert delta is not None, "a plan that selects partitions has its selection delta"
+    if plan.unit_value is not None:  # distinct_threshold
         return mechanisms.distinct_threshold(
             sums["units"].to_numpy(), sums["sum"].to_numpy(), plan.noise, plan.extra_noise, rng,
-            unit_value=plan.unit_value, linf=plan.sensitivity, delta=plan.selection_delta, max_partitions=plan.max_partitions,
+            unit_value=plan.unit_value, linf=plan.sensitivity, delta=delta, max_partitions=plan.max_partitions,
             quantum=quantum,
         )
     select = getattr(mechanisms, plan.mechanism)
     return select(sums.to_numpy(), plan.noise, plan.sensitivity, rng,
-                  delta=plan.selection_delta, max_partitions=plan.max_partitions, quantum=quantum)
+                  delta=delta, max_partitions=plan.max_partitions, quantum=quantum)
 
 
 def histogram_release(plan: HistogramPlan, sums, rng, quantum: float) -> tuple[list[str], mechanisms.Release]:
@@ -56,7 +58,7 @@ def histogram_release(plan: HistogramPlan, sums, rng, quantum: float) -> tuple[l
         release = _select(plan, sums, rng, quantum)
         kept, _ = release.value
         return [observed[i] for i in kept], release
-    partitions = list(plan.spec.partitions)
+    partitions = list(plan.listed)
     values = sums.reindex(partitions, fill_value=0).to_numpy()
     noise = mechanisms.laplace if plan.mechanism == "laplace" else mechanisms.gaussian
     release = noise(values, plan.noise, rng, sensitivity=plan.sensitivity, max_partitions=plan.max_partitions,

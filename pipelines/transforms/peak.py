@@ -26,10 +26,10 @@ import apache_beam as beam
 import numpy as np
 
 from dpstream.pipelines import mechanisms
-from dpstream.pipelines.transforms.aggregation import WindowedRelease
+from dpstream.pipelines.config.specs import WindowSpec
 from dpstream.pipelines.mechanisms.fixedpoint import exact_value, rounded_quotient, total
 from dpstream.pipelines.planning import PeakPlan
-from dpstream.pipelines.config.specs import WindowSpec
+from dpstream.pipelines.transforms.aggregation import WindowedRelease
 from dpstream.pipelines.transforms.windowing import beam_windows, iso, release_rng, window_bounds_iso, window_timestamp
 
 

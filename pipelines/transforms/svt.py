@@ -57,12 +57,12 @@ from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateSpec, TimerSpec, on_timer
 from apache_beam.transforms.window import GlobalWindows
 
-from dpstream.pipelines.transforms.aggregation import WindowedRelease
+from dpstream.connectors.schema import EVENT_SCHEMA
+from dpstream.pipelines.config.specs import ContributionBounds, WindowSpec
 from dpstream.pipelines.mechanisms.fixedpoint import exact_value, rounded_quotient, total
 from dpstream.pipelines.mechanisms.monitor import SparseVectorMonitor
 from dpstream.pipelines.planning import SvtPlan
-from dpstream.connectors.schema import EVENT_SCHEMA
-from dpstream.pipelines.config.specs import ContributionBounds, WindowSpec
+from dpstream.pipelines.transforms.aggregation import WindowedRelease
 from dpstream.pipelines.transforms.windowing import release_rng, window_bounds_iso, window_timestamp
 
 STATE = "state"

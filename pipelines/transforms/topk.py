@@ -23,9 +23,9 @@ import apache_beam as beam
 import numpy as np
 
 from dpstream.pipelines import mechanisms
-from dpstream.pipelines.transforms.aggregation import WindowedRelease
-from dpstream.pipelines.planning import TopKPlan
 from dpstream.pipelines.config.specs import WindowSpec
+from dpstream.pipelines.planning import TopKPlan
+from dpstream.pipelines.transforms.aggregation import WindowedRelease
 from dpstream.pipelines.transforms.windowing import release_rng, window_bounds_iso
 
 
@@ -40,7 +40,7 @@ def topk_release(plan: TopKPlan, sums, rng, quantum: float) -> tuple[list[str], 
     selection = mechanisms.exponential_top_k(scores, plan.spec.k, plan.epsilon, plan.sensitivity, rng)
     chosen = [int(i) for i in selection.value]
     counts = None
-    if plan.count_sigma is not None:
+    if plan.count_sigma is not None and plan.count_sensitivity is not None:
         counts = mechanisms.count_mle(units[chosen], plan.count_sigma, rng, sensitivity=plan.count_sensitivity,
                                       max_partitions=min(plan.spec.k, plan.max_partitions), quantum=quantum)
     return [partitions[i] for i in chosen], selection, counts

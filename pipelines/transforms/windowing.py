@@ -32,9 +32,9 @@ import numpy as np
 from apache_beam.transforms.window import FixedWindows
 from apache_beam.utils.timestamp import Duration, Timestamp
 
-from dpstream.pipelines.mechanisms.noise import SecureRandom
 from dpstream.connectors.schema import MICROS
 from dpstream.pipelines.config.specs import WindowSpec
+from dpstream.pipelines.mechanisms.noise import SecureRandom
 
 
 def _micros(seconds: float) -> int:

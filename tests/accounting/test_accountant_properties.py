@@ -8,7 +8,7 @@ import math
 import pytest
 
 from dpstream.accounting import Accountant
-from dpstream.accounting.events import ApproxDP, BoundedRange, Composed, Gaussian, Laplace, PureDP, SelfComposed, ZCDP
+from dpstream.accounting.events import ZCDP, ApproxDP, BoundedRange, Composed, Gaussian, Laplace, PureDP, SelfComposed
 
 EVENTS = {
     "pure": PureDP(0.3),

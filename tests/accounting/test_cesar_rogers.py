@@ -16,13 +16,24 @@ import pytest
 from dpstream.accounting import Accountant
 from dpstream.accounting.bounds.bounded_range import br_optimal_delta, optkl_epsilon
 from dpstream.accounting.bounds.cesar_rogers import (
-    THM3_MAX_TERMS, MixedMGF, MixedNonadaptive, MixedProfile, MixedSetwise, SingleBRAdaptive, br_mean,
-    mgf_delta, mgf_epsilon, mixed_optimal_delta, mixed_optimal_epsilon, setwise_delta, setwise_epsilon, thm3_cost,
+    THM3_MAX_TERMS,
+    MixedMGF,
+    MixedNonadaptive,
+    MixedProfile,
+    MixedSetwise,
+    SingleBRAdaptive,
+    br_mean,
+    mgf_delta,
+    mgf_epsilon,
+    mixed_optimal_delta,
+    mixed_optimal_epsilon,
+    setwise_delta,
+    setwise_epsilon,
+    thm3_cost,
 )
 from dpstream.accounting.bounds.gaussian import gdp_delta, gdp_epsilon
 from dpstream.accounting.composition import Composition
 from dpstream.accounting.events import ZCDP, ApproxDP, BoundedRange, Gaussian, Laplace, PureDP
-
 
 # ---------------------------------------------------------------- oracles
 

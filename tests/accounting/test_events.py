@@ -5,7 +5,16 @@ import pytest
 
 from dpstream.accounting.event_spec import format_event, parse_event
 from dpstream.accounting.events import (
-    ApproxDP, BoundedRange, Composed, Event, Gaussian, InvalidEventError, Laplace, PureDP, SelfComposed, ZCDP,
+    ZCDP,
+    ApproxDP,
+    BoundedRange,
+    Composed,
+    Event,
+    Gaussian,
+    InvalidEventError,
+    Laplace,
+    PureDP,
+    SelfComposed,
 )
 
 LEAVES = [PureDP(0.5), ApproxDP(0.1, 1e-7), BoundedRange(1.0), Laplace(2.0, 3.0), Gaussian(4.0, 0.5), ZCDP(0.2, 1e-9)]

@@ -10,7 +10,7 @@ from fractions import Fraction
 import mpmath
 import pytest
 
-from dpstream.accounting.events import ApproxDP, BoundedRange, Gaussian, Laplace, PureDP, SelfComposed, ZCDP
+from dpstream.accounting.events import ZCDP, ApproxDP, BoundedRange, Gaussian, Laplace, PureDP, SelfComposed
 from dpstream.accounting.filters import (
     ApproxDPFilter,
     FSRCFilter,

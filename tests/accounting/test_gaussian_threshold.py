@@ -14,7 +14,15 @@ from dpstream.accounting.bounds.pld import PLDBound
 from dpstream.accounting.composition import Composition
 from dpstream.accounting.event_spec import format_event, parse_event
 from dpstream.accounting.events import (
-    ZCDP, BoundedRange, Event, Gaussian, GaussianThreshold, InvalidEventError, Laplace, PureDP, SelfComposed,
+    ZCDP,
+    BoundedRange,
+    Event,
+    Gaussian,
+    GaussianThreshold,
+    InvalidEventError,
+    Laplace,
+    PureDP,
+    SelfComposed,
 )
 from dpstream.accounting.filters.zcdp import zcdp_cost
 

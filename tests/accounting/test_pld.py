@@ -14,7 +14,6 @@ from dpstream.accounting.bounds.pld import (
     ComposedCurve,
     Lattice,
     PLDBound,
-    _fft_error,
     bounded_range_tradeoff,
     convolve,
     discretise,

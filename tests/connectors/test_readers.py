@@ -7,8 +7,8 @@ import pytest
 
 from dpstream.connectors.errors import InputError
 from dpstream.connectors.readers import InputSpec, check_input, list_chunks, read_events
-from dpstream.connectors.timestamps import to_micros
 from dpstream.connectors.schema import EVENT_SCHEMA
+from dpstream.connectors.timestamps import to_micros
 
 ROWS = [
     {"tailnum": "N1", "time_hour": "2013-01-01T10:00:00Z", "dest": "IAH", "dep_delay": 2.0},

@@ -18,9 +18,9 @@ from dpstream.connectors import readers
 from dpstream.connectors.beam_io import ReadEvents
 from dpstream.connectors.errors import InputError
 from dpstream.connectors.readers import InputSpec, check_input, list_chunks
+from dpstream.connectors.schema import EVENT_SCHEMA
 from dpstream.pipelines.config import jobfile
 from dpstream.pipelines.run import runner
-from dpstream.connectors.schema import EVENT_SCHEMA
 from tests.connectors.test_readers import EXPECTED, ROWS, _read, _spec, _write
 from tests.connectors.url_filesystem import SCHEME, url_root  # noqa: F401 (url_root is a fixture)
 from tests.pipelines.test_runner import JOB, _events

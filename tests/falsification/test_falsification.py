@@ -26,9 +26,9 @@ from dpstream.accounting.accountant import Accountant
 from dpstream.accounting.bounds.basic import basic_totals
 from dpstream.accounting.composition import Composition
 from dpstream.pipelines import mechanisms
-from tests.mechanism_baselines import laplace_report_noisy_max
 from dpstream.pipelines.mechanisms.noise import SecureRandom
 from tests.falsification.harness import audit, audit_outcome, clopper_pearson_lower
+from tests.mechanism_baselines import laplace_report_noisy_max
 
 ALPHA = 1e-3
 NONE = -math.inf

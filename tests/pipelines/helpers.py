@@ -6,9 +6,9 @@ from collections import defaultdict
 import numpy as np
 import pyarrow as pa
 
+from dpstream.connectors.schema import EVENT_SCHEMA, MICROS
 from dpstream.pipelines.transforms.aggregation import SumSeriesFn, empty_sums, empty_sums_and_units
 from dpstream.pipelines.transforms.bounding import _BoundWindow, _PreAggregate
-from dpstream.connectors.schema import EVENT_SCHEMA, MICROS
 
 START = 1356998400  # 2013-01-01T00:00:00Z
 DAY = 86400

@@ -2,15 +2,14 @@
 sharding and order do not change the result in test mode."""
 from __future__ import annotations
 
-
 import numpy as np
 import pyarrow as pa
 import pytest
 from scipy import stats
 
-from dpstream.pipelines.transforms.aggregation import SumSeriesFn
 from dpstream.connectors.schema import MICROS
 from dpstream.pipelines.config.specs import ContributionBounds, WindowSpec
+from dpstream.pipelines.transforms.aggregation import SumSeriesFn
 from dpstream.pipelines.transforms.windowing import window_indices
 from tests.pipelines.helpers import DAY, START, bounded_sums, events, random_events
 

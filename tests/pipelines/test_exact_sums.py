@@ -17,11 +17,11 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that
 
-from dpstream.pipelines.transforms.aggregation import PerWindowSums
-from dpstream.pipelines.transforms.bounding import BoundContributions
+from dpstream.pipelines.config.specs import ContributionBounds, WindowSpec
 from dpstream.pipelines.mechanisms.fixedpoint import group_sums, to_units
 from dpstream.pipelines.mechanisms.noise import granularity, grid_sensitivity, to_grid
-from dpstream.pipelines.config.specs import ContributionBounds, WindowSpec
+from dpstream.pipelines.transforms.aggregation import PerWindowSums
+from dpstream.pipelines.transforms.bounding import BoundContributions
 from tests.pipelines.helpers import DAY, START, bounded_sums, events
 
 WINDOW = WindowSpec(size=DAY, start=START, end=START + 2 * DAY)

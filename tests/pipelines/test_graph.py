@@ -6,16 +6,15 @@ import os
 import tempfile
 
 import apache_beam as beam
-import numpy as np
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.test_stream import TestStream
 from apache_beam.testing.util import assert_that, equal_to
 
-from dpstream.pipelines.transforms.graph import release_graph
-from dpstream.pipelines.planning import plan_job
 from dpstream.pipelines.config.specs import ContributionBounds, HistogramSpec, PeakSpec, TopKSpec, WindowSpec
+from dpstream.pipelines.planning import plan_job
+from dpstream.pipelines.transforms.graph import release_graph
 from dpstream.pipelines.transforms.windowing import iso
 from tests.pipelines.helpers import DAY, START, events, random_events
 

@@ -13,9 +13,9 @@ from apache_beam.testing.test_stream import TestStream
 from apache_beam.testing.util import assert_that, equal_to
 
 from dpstream.pipelines.config import jobfile
-from dpstream.pipelines.transforms.graph import release_graph
-from dpstream.pipelines.planning import plan_job
 from dpstream.pipelines.config.specs import ContributionBounds, HistogramSpec, SpecError, WindowSpec
+from dpstream.pipelines.planning import plan_job
+from dpstream.pipelines.transforms.graph import release_graph
 from tests.pipelines.helpers import DAY, START, events
 
 HOUR = 3600

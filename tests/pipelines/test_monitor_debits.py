@@ -19,11 +19,11 @@ from dpstream.accounting.accountant import Accountant
 from dpstream.accounting.events import ApproxDP, Composed, SelfComposed
 from dpstream.accounting.filters.fsrc import basel_delta
 from dpstream.accounting.ledger import Ledger
-from dpstream.pipelines.config import jobfile
-from dpstream.pipelines.run import runner
 from dpstream.pipelines.cli.main import main
-from dpstream.pipelines.planning import SvtPlan, plan_job
+from dpstream.pipelines.config import jobfile
 from dpstream.pipelines.config.specs import ContributionBounds, HistogramSpec, SvtSpec, TopKSpec, WindowSpec
+from dpstream.pipelines.planning import SvtPlan, plan_job
+from dpstream.pipelines.run import runner
 from tests.pipelines.helpers import DAY, START
 
 JOB = """

@@ -11,14 +11,22 @@ import pytest
 from dpstream.accounting.accountant import Accountant
 from dpstream.accounting.events import ZCDP, Gaussian, GaussianThreshold, Laplace, PureDP, SelfComposed
 from dpstream.pipelines import mechanisms
+from dpstream.pipelines.config.specs import (
+    ContributionBounds,
+    HistogramSpec,
+    PeakSpec,
+    SpecError,
+    SvtSpec,
+    TopKSpec,
+    WindowSpec,
+)
 from dpstream.pipelines.mechanisms.fixedpoint import to_units
-from dpstream.pipelines.transforms.histogram import _HistogramMechanism, histogram_release
 from dpstream.pipelines.mechanisms.noise import SecureRandom, granularity
-from dpstream.pipelines.transforms.peak import peak_release
-from dpstream.pipelines.planning.histogram import SELECTION_DELTA_SHARE
 from dpstream.pipelines.planning import PlanningError, plan_job
 from dpstream.pipelines.planning.grid import grid_noise, normalised_sensitivity
-from dpstream.pipelines.config.specs import ContributionBounds, HistogramSpec, PeakSpec, SpecError, SvtSpec, TopKSpec, WindowSpec
+from dpstream.pipelines.planning.histogram import SELECTION_DELTA_SHARE
+from dpstream.pipelines.transforms.histogram import _HistogramMechanism, histogram_release
+from dpstream.pipelines.transforms.peak import peak_release
 from dpstream.pipelines.transforms.topk import topk_release
 from tests.pipelines.helpers import DAY, START
 

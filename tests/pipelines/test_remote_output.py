@@ -5,8 +5,8 @@ import pytest
 
 from dpstream.accounting.ledger import Ledger
 from dpstream.pipelines.config import jobfile
-from dpstream.pipelines.run import runner, streaming
 from dpstream.pipelines.planning import plan_job
+from dpstream.pipelines.run import runner, streaming
 from tests.connectors.url_filesystem import SCHEME, url_root  # noqa: F401 (url_root is a fixture)
 from tests.pipelines.test_runner import JOB, _events
 

@@ -14,9 +14,9 @@ from apache_beam.testing.test_stream import TestStream
 from apache_beam.testing.util import assert_that, equal_to
 
 from dpstream.pipelines.config import jobfile
-from dpstream.pipelines.transforms.graph import release_graph
-from dpstream.pipelines.planning import PlanningError, plan_job
 from dpstream.pipelines.config.specs import ContributionBounds, HistogramSpec, SpecError, SvtSpec, WindowSpec
+from dpstream.pipelines.planning import PlanningError, plan_job
+from dpstream.pipelines.transforms.graph import release_graph
 from dpstream.pipelines.transforms.svt import HALTED_NOTE, MonitorRun, window_query
 from tests.pipelines.helpers import DAY, START, events
 

@@ -7,9 +7,9 @@ import pytest
 
 from dpstream.accounting.accountant import Accountant
 from dpstream.pipelines.config import jobfile
+from dpstream.pipelines.config.specs import ContributionBounds, HistogramSpec, PeakSpec, TopKSpec, WindowSpec
 from dpstream.pipelines.planning import PlanningError, plan_job
 from dpstream.pipelines.planning.windows import unit_runs
-from dpstream.pipelines.config.specs import ContributionBounds, HistogramSpec, PeakSpec, TopKSpec, WindowSpec
 from tests.pipelines.helpers import DAY, START, bounded_sums, events, random_events
 
 LETTERS = tuple("ABCDEF")
