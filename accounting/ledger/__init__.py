@@ -84,7 +84,6 @@ from dpstream.accounting.ledger.errors import LedgerError
 from dpstream.accounting.ledger.periods import MAX_PERIODS_PER_SPEND, Periods, check_unit_period, on_period_boundary
 from dpstream.accounting.ledger.records import ReleaseRecord, SpendResult
 from dpstream.accounting.ledger.store import (
-    DEBIT_HOOK_ENV,
     DEFAULT_URL,
     LEDGER_ENV,
     MONITOR_SCOPE_FILTERS,
@@ -94,7 +93,6 @@ from dpstream.accounting.ledger.store import (
 )
 
 __all__ = [
-    "DEBIT_HOOK_ENV",
     "DEFAULT_URL",
     "LEDGER_ENV",
     "Ledger",

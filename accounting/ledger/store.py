@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import time
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterator, Sequence
@@ -33,9 +32,6 @@ from dpstream.accounting.text import duration_text, instant_text
 
 DEFAULT_URL = "sqlite:///dpstream-ledger.db"
 LEDGER_ENV = "DPSTREAM_LEDGER"
-# Test seam: when set to a path, a debit creates that file inside its open
-# transaction and then sleeps, so a test can kill the process mid-debit.
-DEBIT_HOOK_ENV = "DPSTREAM_TEST_DEBIT_HOOK"
 _LOCK_TIMEOUT_SECONDS = 120
 MONITOR_SCOPE_FILTERS = ("pure", "approx")
 """Scope filters that may hold svt monitors: (epsilon, delta) filters, for which Haney et al. 2023 extend the
@@ -370,7 +366,6 @@ class Ledger:
             # Only a halting filter changes on refusal: it records its halt, as its theorem requires.
             halting = [p for p in refused if decision(p)[2].halted and not decision(p)[1]]
             self._write_periods(conn, scope, halting, stored, decision, now, count=False)
-            _debit_hook()
             already = [p for p in refused if decision(p)[1]]
             runs = period_runs(periods.seconds, refused)
             where = "; ".join(run.describe() for run in runs[:3]) + ("; ..." if len(runs) > 3 else "")
@@ -400,7 +395,6 @@ class Ledger:
         release_id = _inserted_id(result)
         conn.execute(self.release_periods.insert(),
                      [{"release_id": release_id, "period": p} for p in periods.indices()])
-        _debit_hook()
         message = f"admitted: release {label!r} (id {release_id}) on scope {scope!r}, periods {periods.describe()}"
         return SpendResult(True, scope, label, release_id, message)
 
@@ -439,7 +433,6 @@ class Ledger:
             self._save_filter(conn, scope, budget_filter)
         if admitted:
             release_id = self._insert_release(conn, scope, label, event, budget_filter)
-        _debit_hook()
         if admitted:
             message = f"admitted: release {label!r} (id {release_id}) on scope {scope!r}"
         elif was_halted:
@@ -669,11 +662,3 @@ def _sqlite_on_connect(dbapi_connection, _record) -> None:
 
 def _sqlite_on_begin(conn) -> None:
     conn.exec_driver_sql("BEGIN IMMEDIATE")
-
-
-def _debit_hook() -> None:
-    marker = os.environ.get(DEBIT_HOOK_ENV)
-    if marker:
-        with open(marker, "w", encoding="utf-8") as handle:
-            handle.write(str(os.getpid()))
-        time.sleep(60)

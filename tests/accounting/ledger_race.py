@@ -2,16 +2,10 @@
 from __future__ import annotations
 
 import multiprocessing
-import os
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
-
-from dpstream.accounting.ledger import DEBIT_HOOK_ENV
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def race(worker, ledger_url: str, scope: str, workers: int, timeout: float) -> list[int]:
@@ -29,16 +23,37 @@ def race(worker, ledger_url: str, scope: str, workers: int, timeout: float) -> l
 
 
 def kill_inside_debit(tmp_path, ledger_url: str, scope: str, *extra: str) -> None:
-    """Run `dpstream budget spend` (pure epsilon 0.5, label "killed") and SIGKILL it inside its debit transaction."""
+    """Run `dpstream budget spend` (pure epsilon 0.5, label "killed") and SIGKILL it inside its debit transaction.
+
+    The child process wraps the two ledger methods that write a debit inside the locked transaction (a plain
+    scope's filter state, a period scope's period rows): after the write it creates a marker file and sleeps, so
+    the kill lands after the writes and before the commit. The wrapping lives here, not in the ledger.
+    """
     marker = tmp_path / "inside-debit"
-    env = {**os.environ, DEBIT_HOOK_ENV: str(marker), "PYTHONPATH": str(REPO)}
-    command = [sys.executable, "-m", "dpstream.pipelines.cli.main", "budget", "spend", "--ledger", ledger_url,
-               "--scope", scope, "--event", "pure:epsilon=0.5", "--label", "killed", *extra]
-    process = subprocess.Popen(command, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    argv = ["budget", "spend", "--ledger", ledger_url, "--scope", scope, "--event", "pure:epsilon=0.5",
+            "--label", "killed", *extra]
+    script = (
+        "import pathlib, sys, time\n"
+        "from dpstream.accounting.ledger.store import Ledger\n"
+        "from dpstream.pipelines.cli.main import main\n"
+        f"marker = pathlib.Path({str(marker)!r})\n"
+        "def inside(method):\n"
+        "    def wrapped(*args, **kwargs):\n"
+        "        result = method(*args, **kwargs)\n"
+        "        marker.write_text('inside')\n"
+        "        time.sleep(60)\n"
+        "        return result\n"
+        "    return wrapped\n"
+        "Ledger._save_filter = inside(Ledger._save_filter)\n"
+        "Ledger._write_periods = inside(Ledger._write_periods)\n"
+        f"sys.exit(main({argv!r}))\n"
+    )
+    process = subprocess.Popen([sys.executable, "-c", script], cwd=tmp_path, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE)
     deadline = time.monotonic() + 60
     while not marker.exists():
         assert process.poll() is None, process.stderr.read().decode()
-        assert time.monotonic() < deadline, "the debit never reached the test hook"
+        assert time.monotonic() < deadline, "the debit never reached its writes"
         time.sleep(0.05)
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=30)
