@@ -82,7 +82,7 @@ from __future__ import annotations
 
 from dpstream.accounting.ledger.errors import LedgerError
 from dpstream.accounting.ledger.periods import MAX_PERIODS_PER_SPEND, Periods, check_unit_period, on_period_boundary
-from dpstream.accounting.ledger.records import ReleaseRecord, SpendResult
+from dpstream.accounting.ledger.records import MonitorView, PeriodsView, ReleaseRecord, ScopeView, SpendResult
 from dpstream.accounting.ledger.store import (
     DEFAULT_URL,
     LEDGER_ENV,
@@ -99,8 +99,11 @@ __all__ = [
     "LedgerError",
     "MAX_PERIODS_PER_SPEND",
     "MONITOR_SCOPE_FILTERS",
+    "MonitorView",
     "Periods",
+    "PeriodsView",
     "ReleaseRecord",
+    "ScopeView",
     "SpendResult",
     "check_unit_period",
     "on_period_boundary",

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import sqlalchemy as sa
@@ -81,22 +81,86 @@ class ReleaseRecord:
         return out
 
 
-def monitor_view(row: sa.Row) -> dict[str, Any]:
-    """A monitor's public view: its budget, halted or not, who holds it, and its filter's public figures.
+@dataclass(frozen=True)
+class MonitorView:
+    """A monitor's public view: its budget, halted or not, which run holds it, and its filter's public figures
+    (FSRC: the instances admitted and the delta they used; `legacy`: why a record sealed by an older dpstream
+    cannot be continued). Never its realised spend."""
 
-    Only the filter's `public_dict` is read from the sealed record (FSRC: the instances admitted and the
-    delta they used), never the realised spend. A record whose filter cannot be loaded (sealed by an older
-    dpstream under the printed FSRC rule, which charges delta once) is shown with `legacy` set instead.
+    name: str
+    epsilon: float
+    delta: float
+    halted: bool
+    checked_out: int | None
+    instances: int | None = None
+    delta_used: float | None = None
+    legacy: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready; the optional figures only when present."""
+        out = {"name": self.name, "epsilon": self.epsilon, "delta": self.delta, "halted": self.halted,
+               "checked_out": self.checked_out}
+        out.update({key: getattr(self, key) for key in ("instances", "delta_used", "legacy")
+                    if getattr(self, key) is not None})
+        return out
+
+
+@dataclass(frozen=True)
+class PeriodsView:
+    """Public figures over a period scope's periods: how many were spent on and halted, the largest figure spent
+    in any one period, and the first and last period spent on (their starts)."""
+
+    spent: int
+    halted: int
+    largest_spent: dict[str, float]
+    first: str | None
+    last: str | None
+
+
+@dataclass(frozen=True)
+class ScopeView:
+    """A scope's public view (`Ledger.show`): budget, filter rule and public state, releases, monitors; on a period
+    scope, the period length (`unit_period`, seconds) and `periods`."""
+
+    scope: str
+    epsilon: float
+    delta: float
+    filter: str
+    rule: str
+    state: dict[str, Any]
+    halted: bool
+    releases: int
+    monitors: tuple[MonitorView, ...]
+    created_at: str
+    unit_period: int | None = None
+    periods: PeriodsView | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready, as `dpstream budget show --json` prints it."""
+        out = {"scope": self.scope, "epsilon": self.epsilon, "delta": self.delta, "filter": self.filter,
+               "rule": self.rule, "state": self.state, "halted": self.halted, "releases": self.releases,
+               "monitors": [m.to_dict() for m in self.monitors], "created_at": self.created_at,
+               "unit_period": self.unit_period}
+        if self.periods is not None:
+            out.update({"periods_spent": self.periods.spent, "periods_halted": self.periods.halted,
+                        "largest_spent": self.periods.largest_spent, "first_period": self.periods.first,
+                        "last_period": self.periods.last})
+        return out
+
+
+def monitor_view(row: sa.Row) -> MonitorView:
+    """The public view of a monitor row: only the filter's `public_dict` is read from the sealed record.
+
+    A record whose filter cannot be loaded (sealed by an older dpstream under the printed FSRC rule, which
+    charges delta once) is shown with `legacy` set instead.
     """
     record = json.loads(row.sealed_state)
-    view = {"name": row.name, "epsilon": row.epsilon, "delta": row.delta, "halted": bool(row.halted),
-            "checked_out": record.get("checked_out")}
+    view = MonitorView(row.name, row.epsilon, row.delta, bool(row.halted), record.get("checked_out"))
     sealed_filter = record.get("monitor", {}).get("filter")
     if sealed_filter is None:
         return view
     try:
         public = PrivacyFilter.from_dict(sealed_filter).public_dict()
     except ValueError as err:
-        return {**view, "legacy": f"cannot be continued: {err}"}
-    view.update({key: public[key] for key in ("instances", "delta_used") if key in public})
-    return view
+        return replace(view, legacy=f"cannot be continued: {err}")
+    return replace(view, instances=public.get("instances"), delta_used=public.get("delta_used"))

@@ -22,7 +22,10 @@ from dpstream.accounting.ledger.errors import LedgerError
 from dpstream.accounting.ledger.periods import Periods, check_unit_period, period_runs
 from dpstream.accounting.ledger.records import (
     PERIOD_SCOPE,
+    MonitorView,
+    PeriodsView,
     ReleaseRecord,
+    ScopeView,
     SpendResult,
     largest_spent,
     monitor_view,
@@ -229,7 +232,7 @@ class Ledger:
     # -- scopes -----------------------------------------------------------------------------------
 
     def init_scope(self, scope: str, epsilon: float, delta: float, filter_spec: str | None = None,
-                   unit_period: float | None = None) -> dict[str, Any]:
+                   unit_period: float | None = None) -> ScopeView:
         """Create a budget scope with total (epsilon, delta) and its filter (see the module docstring).
 
         unit_period: None for a plain scope (one budget for all its releases); else the period length in
@@ -466,7 +469,7 @@ class Ledger:
         )
         return _inserted_id(result)
 
-    def show(self, scope: str) -> dict[str, Any]:
+    def show(self, scope: str) -> ScopeView:
         """The scope's public view: budget, filter rule and state, release count, monitors (halted or not).
 
         A period scope shows its period length (`unit_period`), how many periods were spent on and the
@@ -482,23 +485,12 @@ class Ledger:
             ).all()
             period, template = scope_config(row)
             period_rows = [] if period is None else self._period_rows(conn, scope)
-        monitors_view = [monitor_view(m) for m in monitors]
+        monitors_view = tuple(monitor_view(m) for m in monitors)
         if period is not None:
             return self._period_view(row, period, template, period_rows, int(count), monitors_view)
         budget_filter = PrivacyFilter.from_dict(template)
-        return {
-            "scope": row.name,
-            "epsilon": row.epsilon,
-            "delta": row.delta,
-            "filter": row.filter_kind,
-            "rule": budget_filter.describe(),
-            "state": budget_filter.public_dict(),
-            "halted": budget_filter.halted,
-            "releases": int(count),
-            "monitors": monitors_view,
-            "created_at": row.created_at,
-            "unit_period": None,
-        }
+        return ScopeView(row.name, row.epsilon, row.delta, row.filter_kind, budget_filter.describe(),
+                         budget_filter.public_dict(), budget_filter.halted, int(count), monitors_view, row.created_at)
 
     def _period_rows(self, conn: sa.Connection, scope: str) -> Sequence[sa.Row]:
         return conn.execute(
@@ -507,7 +499,7 @@ class Ledger:
 
     @staticmethod
     def _period_view(row: sa.Row, period: int, template: dict[str, Any], period_rows: Sequence[sa.Row], count: int,
-                     monitors: list[dict[str, Any]]) -> dict[str, Any]:
+                     monitors: tuple[MonitorView, ...]) -> ScopeView:
         """`show` of a period scope: the budget of each period and public figures over the periods spent on."""
         spent = [r for r in period_rows if r.releases > 0]
         filters = [PrivacyFilter.from_dict(json.loads(r.filter_state)) for r in period_rows]
@@ -515,24 +507,12 @@ class Ledger:
         halted = sum(f.halted for f in filters)
         rule = (f"a budget per {duration_text(period)} period (period k covers [k*{period}, (k+1)*{period}) seconds "
                 f"since 1970-01-01T00:00:00Z); in each period, {PrivacyFilter.from_dict(template).describe()}")
-        return {
-            "scope": row.name,
-            "epsilon": row.epsilon,
-            "delta": row.delta,
-            "filter": row.filter_kind,
-            "rule": rule,
-            "state": {"periods_spent": len(spent), "periods_halted": halted, **largest},
-            "halted": False,  # a period scope never halts as a whole; see periods_halted
-            "releases": count,
-            "monitors": monitors,
-            "created_at": row.created_at,
-            "unit_period": period,
-            "periods_spent": len(spent),
-            "periods_halted": halted,
-            "largest_spent": largest,
-            "first_period": instant_text(spent[0].period * period) if spent else None,
-            "last_period": instant_text(spent[-1].period * period) if spent else None,
-        }
+        periods = PeriodsView(len(spent), halted, largest, instant_text(spent[0].period * period) if spent else None,
+                              instant_text(spent[-1].period * period) if spent else None)
+        # A period scope never halts as a whole (halted False); see periods.halted.
+        return ScopeView(row.name, row.epsilon, row.delta, row.filter_kind, rule,
+                         {"periods_spent": len(spent), "periods_halted": halted, **largest}, False, count, monitors,
+                         row.created_at, period, periods)
 
     def period_states(self, scope: str) -> list[dict[str, Any]]:
         """A period scope's periods that have a filter state, oldest first: start, end, releases, public state."""

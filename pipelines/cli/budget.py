@@ -20,7 +20,16 @@ from datetime import datetime, timezone
 from dpstream.accounting.event_spec import KINDS, parse_event
 from dpstream.accounting.events import InvalidEventError, SelfComposed
 from dpstream.accounting.filters import SCOPE_FILTERS
-from dpstream.accounting.ledger import DEFAULT_URL, LEDGER_ENV, Ledger, LedgerError, Periods
+from dpstream.accounting.ledger import (
+    DEFAULT_URL,
+    LEDGER_ENV,
+    Ledger,
+    LedgerError,
+    MonitorView,
+    Periods,
+    PeriodsView,
+    ScopeView,
+)
 from dpstream.accounting.text import duration_text
 from dpstream.pipelines.config.times import duration_seconds  # the job file's duration grammar ("1d", "6h", ...)
 from dpstream.pipelines.run.errors import EXIT_ERROR, EXIT_REFUSED
@@ -161,11 +170,11 @@ def _init(args: argparse.Namespace) -> int:
     unit_period = None if args.unit_period is None else parse_duration(args.unit_period)
     with Ledger(args.ledger, create=True) as ledger:
         view = ledger.init_scope(args.scope, args.epsilon, args.delta, args.filter, unit_period=unit_period)
-    if view["unit_period"] is None:
-        print(f"created scope {view['scope']!r}: epsilon={view['epsilon']:g}, delta={view['delta']:g}; {view['rule']}")
+    if view.unit_period is None:
+        print(f"created scope {view.scope!r}: epsilon={view.epsilon:g}, delta={view.delta:g}; {view.rule}")
     else:
-        print(f"created period scope {view['scope']!r}: epsilon={view['epsilon']:g}, delta={view['delta']:g} "
-              f"per {duration_text(view['unit_period'])} period; {view['rule']}")
+        print(f"created period scope {view.scope!r}: epsilon={view.epsilon:g}, delta={view.delta:g} "
+              f"per {duration_text(view.unit_period)} period; {view.rule}")
     return 0
 
 
@@ -173,51 +182,51 @@ def _init(args: argparse.Namespace) -> int:
 def _show(args: argparse.Namespace) -> int:
     with Ledger(args.ledger) as ledger:
         view = ledger.show(args.scope)
-        periods = None if view["unit_period"] is None else ledger.period_states(args.scope)
+        periods = None if view.unit_period is None else ledger.period_states(args.scope)
     if args.json:
-        print(json.dumps(view if periods is None else {**view, "periods": periods}, indent=2))
+        content = view.to_dict()
+        print(json.dumps(content if periods is None else {**content, "periods": periods}, indent=2))
         return 0
-    if periods is not None:
-        _show_periods(view)
+    if view.periods is not None and view.unit_period is not None:
+        _show_periods(view, view.unit_period, view.periods)
         return 0
-    print(f"scope {view['scope']}: epsilon={view['epsilon']:g}, delta={view['delta']:g}, filter={view['filter']}")
-    print(f"  rule: {view['rule']}")
-    state = ", ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in view["state"].items())
+    print(f"scope {view.scope}: epsilon={view.epsilon:g}, delta={view.delta:g}, filter={view.filter}")
+    print(f"  rule: {view.rule}")
+    state = ", ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in view.state.items())
     print(f"  state: {state}")
-    print(f"  releases: {view['releases']}{'  (halted)' if view['halted'] else ''}")
-    for monitor in view["monitors"]:
+    print(f"  releases: {view.releases}{'  (halted)' if view.halted else ''}")
+    for monitor in view.monitors:
         print(f"  {_monitor_line(monitor)}")
     return 0
 
 
-def _monitor_line(monitor: dict) -> str:
+def _monitor_line(monitor: MonitorView) -> str:
     """One monitor of `show`: budget, instances admitted and the delta they used (FSRC), and its status."""
-    status = "halted" if monitor["halted"] else "running"
-    if monitor["checked_out"] is not None:
-        status += f", checked out by ledger release {monitor['checked_out']}"
+    status = "halted" if monitor.halted else "running"
+    if monitor.checked_out is not None:
+        status += f", checked out by ledger release {monitor.checked_out}"
     used = ""
-    if "legacy" in monitor:
-        used = f", {monitor['legacy']}"
-    elif "delta_used" in monitor:
-        used = f", {monitor['instances']} instances admitted using delta={monitor['delta_used']:.6g}"
-    return f"monitor {monitor['name']}: epsilon={monitor['epsilon']:g}, delta={monitor['delta']:g}{used}, {status}"
+    if monitor.legacy is not None:
+        used = f", {monitor.legacy}"
+    elif monitor.delta_used is not None:
+        used = f", {monitor.instances} instances admitted using delta={monitor.delta_used:.6g}"
+    return f"monitor {monitor.name}: epsilon={monitor.epsilon:g}, delta={monitor.delta:g}{used}, {status}"
 
 
-def _show_periods(view: dict) -> None:
+def _show_periods(view: ScopeView, period: int, periods: PeriodsView) -> None:
     """The text of `show` on a period scope: only public figures (filter states, counts), per period at most."""
-    period = view["unit_period"]
-    print(f"scope {view['scope']}: epsilon={view['epsilon']:g}, delta={view['delta']:g} per "
-          f"{duration_text(period)} period, filter={view['filter']}")
-    print(f"  rule: {view['rule']}")
-    if view["periods_spent"]:
-        print(f"  periods: {duration_text(period)} ({period} s) each; spent on {view['periods_spent']}, the first "
-              f"starting {view['first_period']}, the last starting {view['last_period']}")
-        largest = ", ".join(f"{k.split('_', 1)[1]}={v:.6g}" for k, v in view["largest_spent"].items())
+    print(f"scope {view.scope}: epsilon={view.epsilon:g}, delta={view.delta:g} per "
+          f"{duration_text(period)} period, filter={view.filter}")
+    print(f"  rule: {view.rule}")
+    if periods.spent:
+        print(f"  periods: {duration_text(period)} ({period} s) each; spent on {periods.spent}, the first "
+              f"starting {periods.first}, the last starting {periods.last}")
+        largest = ", ".join(f"{k.split('_', 1)[1]}={v:.6g}" for k, v in periods.largest_spent.items())
         print(f"  largest spent in one period: {largest}")
     else:
         print(f"  periods: {duration_text(period)} ({period} s) each; none spent on yet")
-    halted = f"; {view['periods_halted']} period(s) halted" if view["periods_halted"] else ""
-    print(f"  releases: {view['releases']}{halted}")
+    halted = f"; {periods.halted} period(s) halted" if periods.halted else ""
+    print(f"  releases: {view.releases}{halted}")
 
 
 @_reports(LedgerError, InvalidEventError)

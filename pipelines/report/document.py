@@ -144,7 +144,7 @@ def report_json(context: RunContext, tables: dict[str, pa.Table], chart: str | N
             "debited": debit.event.to_dict(),
             "periods": None if debit.periods is None else debit.periods.to_dict(),
             "note": debit.note,
-            "scope_after": _jsonable(debit.scope_after),
+            "scope_after": _jsonable(debit.scope_after.to_dict()),
         },
         "releases": {
             name: {"file": os.path.relpath(path, output_dir), "rows": tables[name].num_rows, "columns": tables[name].column_names}

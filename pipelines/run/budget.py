@@ -50,7 +50,7 @@ from typing import Any, Iterable
 import apache_beam as beam
 
 from dpstream.accounting.events import Composed, Event
-from dpstream.accounting.ledger import Ledger, LedgerError, Periods, on_period_boundary, resolve_url
+from dpstream.accounting.ledger import Ledger, LedgerError, Periods, ScopeView, on_period_boundary, resolve_url
 from dpstream.accounting.text import duration_text, instant_text
 from dpstream.connectors.files import is_local, join, read_bytes, remove_file, remove_tree, write_bytes
 from dpstream.pipelines.config.specs import ContributionBounds, ReleaseSpec, WindowSpec
@@ -75,7 +75,7 @@ class Debit:
     label: str
     message: str
     event: Event
-    scope_after: dict[str, Any]
+    scope_after: ScopeView
     periods: Periods | None
     note: str | None
 
@@ -162,12 +162,12 @@ class Budget:
                 except LedgerError as err:
                     raise RunError(f"budget scope {self.scope!r} is not in ledger {ledger.display_url}; "
                                    f"{self._create_hint()}") from err
-                periods, note = self.scope_periods(view)
+                periods, note = self.scope_periods(view.unit_period)
                 if monitors:
                     result = ledger.spend_and_check_out(self.scope, event, label, monitors)
                 else:
                     result = ledger.spend(self.scope, event, label, periods)
-                after = ledger.show(self.scope) if result.admitted else {}
+                after = ledger.show(self.scope)
                 display_url = ledger.display_url
         except LedgerError as err:
             raise RunError(f"{err}; {self._create_hint()}" if "budget init" not in str(err) else str(err)) from err
@@ -266,15 +266,16 @@ class Budget:
                                else join(base, f".dpstream-sealed-{uuid.uuid4().hex}"))
         return join(self._state_dir, f"{name}.json")
 
-    def scope_periods(self, view: dict[str, Any]) -> tuple[Periods | None, str | None]:
-        """(the periods to charge, a note for the log) on the scope `view` (`Ledger.show`).
+    def scope_periods(self, period: int | None) -> tuple[Periods | None, str | None]:
+        """(the periods to charge, a note for the log) on a scope whose period length is `period` seconds (None: a
+        plain scope; `ScopeView.unit_period`).
 
         A plain scope: (None, None), or a note when the budget has a unit_period (its one budget is debited by
         every run). A period scope: the periods the windows overlap, after checking that the budget has the
         scope's unit_period, no svt release and a window.start on the period grid; else a RunError (exit 2),
         before any debit.
         """
-        scope, period, unit = self.scope, view.get("unit_period"), self.unit_period
+        scope, unit = self.scope, self.unit_period
         if period is None:
             if unit is None:
                 return None, None

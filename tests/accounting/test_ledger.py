@@ -110,8 +110,8 @@ def test_spend_show_history_roundtrip(ledger_url):
         third = ledger.spend(scope, PureDP(0.1), "day 3")
         assert (first.admitted, second.admitted, third.admitted) == (True, True, False)
         view = ledger.show(scope)
-        assert view["releases"] == 2 and view["filter"] == "pure"
-        assert view["state"]["spent_epsilon"] == 1.0
+        assert view.releases == 2 and view.filter == "pure"
+        assert view.state["spent_epsilon"] == 1.0
         history = ledger.history(scope)
         assert [r.label for r in history] == ["day 1", "day 2"]
         assert history[0].event == SelfComposed(PureDP(0.1), 4)
@@ -137,7 +137,7 @@ def test_halting_filter_records_its_halt(ledger_url):
     with Ledger(ledger_url, create=True) as ledger:
         ledger.init_scope(scope, 1.0, 1e-6, "whitehouse")
         assert not ledger.spend(scope, PureDP(5.0), "too big").admitted
-        assert ledger.show(scope)["halted"]
+        assert ledger.show(scope).halted
         result = ledger.spend(scope, PureDP(0.01), "small")
         assert not result.admitted and "halted" in result.message
 
@@ -154,14 +154,16 @@ def test_monitor_state_is_sealed(ledger_url):
         ledger.init_scope(scope, 2.0, 1e-6)
         opened = ledger.spend_and_check_out(scope, ApproxDP(1.0, 1e-7), "svt monitor", {"alerts": (1.0, 1e-7, None)})
         assert opened.admitted
-        assert ledger.show(scope)["monitors"][0]["checked_out"] == opened.release_id
+        assert ledger.show(scope).monitors[0].checked_out == opened.release_id
         ledger.check_in_monitor(scope, "alerts", opened.release_id, {"monitor": {"filter": monitor.to_dict()}}, True)
         view = ledger.show(scope)
-        assert view["monitors"] == [{"name": "alerts", "epsilon": 1.0, "delta": 1e-7, "halted": True,
-                                     "checked_out": None, "instances": 2, "delta_used": monitor.delta_used}]
+        assert [m.to_dict() for m in view.monitors] == [{"name": "alerts", "epsilon": 1.0, "delta": 1e-7, "halted": True,
+                                                         "checked_out": None, "instances": 2,
+                                                         "delta_used": monitor.delta_used}]
         assert monitor.delta_used == pytest.approx(1e-7 * 6 / math.pi**2 * 1.25)
-        text = json.dumps(view) + json.dumps([r.to_dict() for r in ledger.history(scope)])
-        assert "0.123456" not in text and "0.654321" not in text and "spent" not in json.dumps(view["monitors"])
+        text = json.dumps(view.to_dict()) + json.dumps([r.to_dict() for r in ledger.history(scope)])
+        monitors = json.dumps([m.to_dict() for m in view.monitors])
+        assert "0.123456" not in text and "0.654321" not in text and "spent" not in monitors
 
 
 @pytest.mark.parametrize("kind", ["zcdp", "whitehouse", "gdp", "gdp-residue"])
@@ -202,8 +204,8 @@ def test_racing_spends_never_overdraw(ledger_url):
     assert sum(counts) == expected
     with Ledger(ledger_url) as ledger:
         view = ledger.show(scope)
-        assert view["releases"] == expected
-        assert view["state"]["spent_epsilon"] == BUDGET
+        assert view.releases == expected
+        assert view.state["spent_epsilon"] == BUDGET
         assert len({r.label for r in ledger.history(scope)}) == expected
 
 
@@ -221,4 +223,4 @@ def test_sigkill_mid_debit_leaves_a_consistent_ledger(ledger_url, tmp_path):
         assert ledger.show(scope) == before
         assert [r.label for r in ledger.history(scope)] == ["before"]
         assert ledger.spend(scope, PureDP(0.75), "after").admitted  # lock released, full budget still there
-        assert ledger.show(scope)["state"]["spent_epsilon"] == 1.0
+        assert ledger.show(scope).state["spent_epsilon"] == 1.0

@@ -60,17 +60,17 @@ def test_disjoint_daily_runs_are_all_admitted_while_a_plain_scope_refuses_the_se
     periodic, plain = _scope_name(), _scope_name()
     with Ledger(ledger_url, create=True) as ledger:
         view = ledger.init_scope(periodic, 1.0, 0.0, unit_period=DAY)
-        assert view["unit_period"] == DAY and view["filter"] == "pure" and view["periods_spent"] == 0
-        assert ledger.init_scope(plain, 1.0, 0.0)["unit_period"] is None
+        assert view.unit_period == DAY and view.filter == "pure" and view.periods.spent == 0
+        assert ledger.init_scope(plain, 1.0, 0.0).unit_period is None
         run = PureDP(0.8)
         daily = [ledger.spend(periodic, run, f"days {d}-{d + 2}", _days(d, 3)) for d in (0, 3, 6, 9)]
         assert all(result.admitted for result in daily)
         assert "periods 2013-01-04T00:00:00Z..2013-01-07T00:00:00Z (3 periods of 1d)" in daily[1].message
         assert [ledger.spend(plain, run, f"days {d}").admitted for d in (0, 3)] == [True, False]
         view = ledger.show(periodic)
-        assert view["periods_spent"] == 12 and view["releases"] == 4
-        assert view["largest_spent"] == {"max_spent_epsilon": 0.8}
-        assert view["first_period"] == "2013-01-01T00:00:00Z" and view["last_period"] == "2013-01-12T00:00:00Z"
+        assert view.periods.spent == 12 and view.releases == 4
+        assert view.periods.largest_spent == {"max_spent_epsilon": 0.8}
+        assert view.periods.first == "2013-01-01T00:00:00Z" and view.periods.last == "2013-01-12T00:00:00Z"
         # A re-run over days already spent on is charged to them again, and refused.
         rerun = ledger.spend(periodic, run, "days 3-5 again", _days(3, 3))
         assert not rerun.admitted and "in 3 of its 3 periods" in rerun.message
@@ -113,7 +113,7 @@ def test_halting_filter_halts_only_the_periods_that_refused(ledger_url):
         assert not again.admitted and "halted period" in again.message
         assert ledger.spend(scope, PureDP(0.17), "day 1", _days(1, 1)).admitted
         view = ledger.show(scope)
-        assert view["periods_halted"] == 1 and not view["halted"] and view["periods_spent"] == 2
+        assert view.periods.halted == 1 and not view.halted and view.periods.spent == 2
 
 
 def test_periods_must_match_the_scope(ledger_url):
@@ -177,7 +177,7 @@ def test_a_ledger_from_before_period_scopes_still_opens_and_works(ledger_url):
         assert ledger.spend(scope, PureDP(0.25), "old").admitted
     _drop_period_tables(ledger_url)  # the old tables are unchanged, so this is a ledger of the previous version
     with Ledger(ledger_url) as ledger:  # reads and debits create nothing
-        assert ledger.show(scope)["state"]["spent_epsilon"] == 0.25
+        assert ledger.show(scope).state["spent_epsilon"] == 0.25
         assert ledger.spend(scope, PureDP(0.25), "new").admitted
         assert [r.label for r in ledger.history(scope)] == ["old", "new"]
         assert not sa.inspect(ledger.engine).has_table("dpstream_periods")
@@ -185,7 +185,7 @@ def test_a_ledger_from_before_period_scopes_still_opens_and_works(ledger_url):
         periodic = _scope_name()
         ledger.init_scope(periodic, 1.0, 0.0, unit_period=DAY)
         assert ledger.spend(periodic, PureDP(0.5), "days", _days(0, 2)).admitted
-        assert ledger.show(scope)["state"]["spent_epsilon"] == 0.5
+        assert ledger.show(scope).state["spent_epsilon"] == 0.5
 
 
 # -- races ---------------------------------------------------------------------------------------

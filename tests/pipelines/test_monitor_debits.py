@@ -93,10 +93,10 @@ def test_a_new_monitor_with_a_continued_monitors_parameters_is_debited_once(tmp_
     assert len(history) == 2
     # Run 2 opens A (same parameters as B, so the same event value) and continues B: exactly A's budget.
     assert history[-1].event == Composed((monitor_b,))
-    assert [m["name"] for m in view["monitors"]] == ["A", "B"]
-    assert all(m["checked_out"] is None and m["instances"] >= 1 for m in view["monitors"])
-    b = view["monitors"][1]  # B ran 6 windows over two runs: its instances used their scheduled deltas
-    assert b["delta_used"] == pytest.approx(math.fsum(basel_delta(b["delta"], t) for t in range(1, b["instances"] + 1)))
+    assert [m.name for m in view.monitors] == ["A", "B"]
+    assert all(m.checked_out is None and m.instances >= 1 for m in view.monitors)
+    b = view.monitors[1]  # B ran 6 windows over two runs: its instances used their scheduled deltas
+    assert b.delta_used == pytest.approx(math.fsum(basel_delta(b.delta, t) for t in range(1, b.instances + 1)))
 
 
 def test_budget_show_prints_a_monitors_instances_and_delta_used(tmp_path, capsys):
@@ -105,12 +105,12 @@ def test_budget_show_prints_a_monitors_instances_and_delta_used(tmp_path, capsys
         ledger.init_scope("test", 100.0, 1e-4, "approx:release_delta=1e-6")
     _run(tmp_path, url, (("svt", "B"), ("histogram", "H")), "2013-01-01", "2013-01-04", "run1")
     with Ledger(url) as ledger:
-        (monitor,) = ledger.show("test")["monitors"]
+        (monitor,) = ledger.show("test").monitors
     capsys.readouterr()
     assert main(["budget", "show", "--ledger", url, "--scope", "test"]) == 0
     line = next(line for line in capsys.readouterr().out.splitlines() if "monitor B" in line)
-    assert line.strip() == (f"monitor B: epsilon={monitor['epsilon']:g}, delta={monitor['delta']:g}, "
-                            f"{monitor['instances']} instances admitted using delta={monitor['delta_used']:.6g}, running")
+    assert line.strip() == (f"monitor B: epsilon={monitor.epsilon:g}, delta={monitor.delta:g}, "
+                            f"{monitor.instances} instances admitted using delta={monitor.delta_used:.6g}, running")
 
 
 WINDOW = WindowSpec(size=DAY, start=START, end=START + 6 * DAY)

@@ -185,7 +185,7 @@ def test_a_job_is_charged_to_every_period_its_windows_overlap(tmp_path, start, e
     from dpstream.pipelines.run import runner
 
     job = _period_job(tmp_path, start=start, end=end, size=size)
-    periods, note = runner.budget(job).scope_periods({"unit_period": DAY})
+    periods, note = runner.budget(job).scope_periods(DAY)
     assert note is None
     assert periods == Periods(DAY, START // DAY + first_day, START // DAY + first_day + days - 1)
 
@@ -215,7 +215,7 @@ def test_period_scope_mismatches_stop_the_run_before_any_debit(tmp_path, kwargs,
         runner.run(job, str(tmp_path / "out"), url, log=lambda _: None)
     assert caught.value.exit_code == 2
     history, view = _history(url)
-    assert history == [] and view["periods_spent"] == 0 and view["state"]["periods_halted"] == 0
+    assert history == [] and view.periods.spent == 0 and view.state["periods_halted"] == 0
     assert not (tmp_path / "out").exists()
 
 
@@ -255,4 +255,4 @@ def test_a_unit_period_job_on_a_plain_scope_debits_it_and_says_so(tmp_path):
                               "1d job debits it") and "--unit-period 1d" in logs[1]
     assert outcome.report["budget"]["note"] == logs[1] and outcome.report["budget"]["periods"] is None
     with Ledger(url) as ledger:
-        assert ledger.show("daily")["state"]["spent_delta"] == pytest.approx(1e-6)
+        assert ledger.show("daily").state["spent_delta"] == pytest.approx(1e-6)
