@@ -82,7 +82,14 @@ from __future__ import annotations
 
 from dpstream.accounting.ledger.errors import LedgerError
 from dpstream.accounting.ledger.periods import MAX_PERIODS_PER_SPEND, Periods, check_unit_period, on_period_boundary
-from dpstream.accounting.ledger.records import MonitorView, PeriodsView, ReleaseRecord, ScopeView, SpendResult
+from dpstream.accounting.ledger.records import (
+    MonitorRecord,
+    MonitorView,
+    PeriodsView,
+    ReleaseRecord,
+    ScopeView,
+    SpendResult,
+)
 from dpstream.accounting.ledger.store import (
     DEFAULT_URL,
     LEDGER_ENV,
@@ -99,6 +106,7 @@ __all__ = [
     "LedgerError",
     "MAX_PERIODS_PER_SPEND",
     "MONITOR_SCOPE_FILTERS",
+    "MonitorRecord",
     "MonitorView",
     "Periods",
     "PeriodsView",

@@ -148,15 +148,34 @@ class ScopeView:
         return out
 
 
+@dataclass(frozen=True)
+class MonitorRecord:
+    """A monitor's sealed record: its state (the monitor's own JSON, opaque to the ledger but for its `filter`),
+    the window start its next run continues at, and the ledger release whose run holds it (None: checked in).
+    Sealed: the state holds the realised spend, so the record is never published."""
+
+    state: dict[str, Any]
+    next_start: float | None = None
+    checked_out: int | None = None
+
+    def to_json(self) -> str:
+        return json.dumps({"monitor": self.state, "next_start": self.next_start, "checked_out": self.checked_out})
+
+    @classmethod
+    def from_json(cls, text: str) -> "MonitorRecord":
+        data = json.loads(text)
+        return cls(data.get("monitor", {}), data.get("next_start"), data.get("checked_out"))
+
+
 def monitor_view(row: sa.Row) -> MonitorView:
     """The public view of a monitor row: only the filter's `public_dict` is read from the sealed record.
 
     A record whose filter cannot be loaded (sealed by an older dpstream under the printed FSRC rule, which
     charges delta once) is shown with `legacy` set instead.
     """
-    record = json.loads(row.sealed_state)
-    view = MonitorView(row.name, row.epsilon, row.delta, bool(row.halted), record.get("checked_out"))
-    sealed_filter = record.get("monitor", {}).get("filter")
+    record = MonitorRecord.from_json(row.sealed_state)
+    view = MonitorView(row.name, row.epsilon, row.delta, bool(row.halted), record.checked_out)
+    sealed_filter = record.state.get("filter")
     if sealed_filter is None:
         return view
     try:

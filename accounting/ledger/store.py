@@ -9,6 +9,7 @@ import json
 import math
 import os
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterator, Sequence
 
@@ -22,6 +23,7 @@ from dpstream.accounting.ledger.errors import LedgerError
 from dpstream.accounting.ledger.periods import Periods, check_unit_period, period_runs
 from dpstream.accounting.ledger.records import (
     PERIOD_SCOPE,
+    MonitorRecord,
     MonitorView,
     PeriodsView,
     ReleaseRecord,
@@ -559,12 +561,12 @@ class Ledger:
 
     # -- monitors (sealed FSRC state) -------------------------------------------------------------
 
-    def monitor_record(self, scope: str, name: str) -> dict[str, Any] | None:
+    def monitor_record(self, scope: str, name: str) -> MonitorRecord | None:
         """The monitor's sealed record, or None when the scope has no such monitor. Sealed: never publish it."""
         with self._transaction() as conn:
             self._lock_scope(conn, scope)
             row = self._monitor_row(conn, scope, name)
-        return None if row is None else json.loads(row.sealed_state)
+        return None if row is None else MonitorRecord.from_json(row.sealed_state)
 
     def _monitor_row(self, conn: sa.Connection, scope: str, name: str) -> sa.Row | None:
         return conn.execute(
@@ -572,7 +574,7 @@ class Ledger:
         ).one_or_none()
 
     def spend_and_check_out(
-        self, scope: str, event: Event, label: str, monitors: dict[str, tuple[float, float, dict[str, Any] | None]]
+        self, scope: str, event: Event, label: str, monitors: dict[str, tuple[float, float, MonitorRecord | None]]
     ) -> SpendResult:
         """One transaction: check the monitors, debit `event`, open the new monitors and check all of them out.
 
@@ -592,18 +594,18 @@ class Ledger:
                 current = self._monitor_row(conn, scope, name)
                 if expected is None and current is not None:
                     raise LedgerError(f"monitor {name!r} already exists on scope {scope!r}; nothing was debited")
-                if expected is not None and (current is None or json.loads(current.sealed_state) != expected):
+                if expected is not None and (current is None or MonitorRecord.from_json(current.sealed_state) != expected):
                     raise LedgerError(f"monitor {name!r} on scope {scope!r} changed since it was read; nothing was debited")
-                if expected is not None and expected.get("checked_out") is not None:
+                if expected is not None and expected.checked_out is not None:
                     raise LedgerError(
                         f"monitor {name!r} on scope {scope!r} is checked out by the run of ledger release "
-                        f"{expected['checked_out']} (still running, or failed); nothing was debited"
+                        f"{expected.checked_out} (still running, or failed); nothing was debited"
                     )
             result = self._spend_locked(conn, row, scope, event, label)
             if not result.admitted:
                 return result
             for name, (epsilon, delta, expected) in monitors.items():
-                record = json.dumps({**(expected or {}), "checked_out": result.release_id})
+                record = replace(expected or MonitorRecord({}), checked_out=result.release_id).to_json()
                 if expected is None:
                     conn.execute(self.monitors.insert().values(
                         scope=scope, name=name, epsilon=float(epsilon), delta=float(delta), sealed_state=record,
@@ -614,19 +616,19 @@ class Ledger:
                                  .values(sealed_state=record))
         return result
 
-    def check_in_monitor(self, scope: str, name: str, release_id: int, record: dict[str, Any], halted: bool) -> None:
+    def check_in_monitor(self, scope: str, name: str, release_id: int, record: MonitorRecord, halted: bool) -> None:
         """Store the record a run sealed and end its checkout; only the run that checked it out may."""
         with self._transaction() as conn:
             self._lock_scope(conn, scope)
             current = self._monitor_row(conn, scope, name)
-            holder = None if current is None else json.loads(current.sealed_state).get("checked_out")
+            holder = None if current is None else MonitorRecord.from_json(current.sealed_state).checked_out
             if holder != release_id:
                 raise LedgerError(
                     f"monitor {name!r} on scope {scope!r} is checked out by release {holder!r}, not {release_id!r}"
                 )
             conn.execute(self.monitors.update()
                          .where((self.monitors.c.scope == scope) & (self.monitors.c.name == name))
-                         .values(sealed_state=json.dumps({**record, "checked_out": None}), halted=bool(halted)))
+                         .values(sealed_state=replace(record, checked_out=None).to_json(), halted=bool(halted)))
 
 
 def _sqlite_on_connect(dbapi_connection, _record) -> None:

@@ -50,7 +50,15 @@ from typing import Any, Iterable
 import apache_beam as beam
 
 from dpstream.accounting.events import Composed, Event
-from dpstream.accounting.ledger import Ledger, LedgerError, Periods, ScopeView, on_period_boundary, resolve_url
+from dpstream.accounting.ledger import (
+    Ledger,
+    LedgerError,
+    MonitorRecord,
+    Periods,
+    ScopeView,
+    on_period_boundary,
+    resolve_url,
+)
 from dpstream.accounting.text import duration_text, instant_text
 from dpstream.connectors.files import is_local, join, read_bytes, remove_file, remove_tree, write_bytes
 from dpstream.pipelines.config.specs import ContributionBounds, ReleaseSpec, WindowSpec
@@ -61,7 +69,7 @@ from dpstream.pipelines.transforms.graph import release_graph, release_transform
 from dpstream.pipelines.transforms.svt import STATE
 from dpstream.pipelines.transforms.windowing import iso
 
-MonitorRecords = dict[str, dict[str, Any] | None]
+MonitorRecords = dict[str, MonitorRecord | None]
 
 
 @dataclass(frozen=True)
@@ -185,8 +193,7 @@ class Budget:
             try:
                 with Ledger(self.url) as ledger:
                     ledger.check_in_monitor(self.scope, planned.name, debit.release_id,
-                                            {"monitor": state, "next_start": next_start},
-                                            state["halt_reason"] is not None)
+                                            MonitorRecord(state, next_start), state["halt_reason"] is not None)
             except LedgerError as err:
                 raise RunError(f"{err}; the releases were written, the monitor stays checked out") from err
 
@@ -231,33 +238,33 @@ class Budget:
                 self._check_continuation(planned, record)
         return records
 
-    def _check_continuation(self, planned: SvtPlan, record: dict[str, Any]) -> None:
+    def _check_continuation(self, planned: SvtPlan, record: MonitorRecord) -> None:
         where = f"{self.source}: release {planned.name!r}"
-        if record.get("checked_out") is not None:
-            raise RunError(f"{where}: the monitor is checked out by the run of ledger release {record['checked_out']} "
+        if record.checked_out is not None:
+            raise RunError(f"{where}: the monitor is checked out by the run of ledger release {record.checked_out} "
                            f"(still running, or failed); nothing was debited")
-        if "monitor" not in record or "next_start" not in record:
+        if not record.state or record.next_start is None:
             raise RunError(f"{where}: monitor {planned.name!r} on scope {self.scope!r} is not an svt release "
                            f"monitor; choose another release name")
         try:
-            SparseVectorMonitor.from_dict(record["monitor"])
+            SparseVectorMonitor.from_dict(record.state)
         except ValueError as err:
             raise RunError(f"{where}: monitor {planned.name!r} on scope {self.scope!r} cannot be continued: "
                            f"{err}; give the release a new name to open a new monitor (its budget is debited); "
                            f"nothing was debited") from err
         wanted = planned.monitor().to_dict()["parameters"]
-        if record["monitor"]["parameters"] != wanted:
-            raise RunError(f"{where}: the monitor was opened with parameters {record['monitor']['parameters']}, "
+        if record.state["parameters"] != wanted:
+            raise RunError(f"{where}: the monitor was opened with parameters {record.state['parameters']}, "
                            f"the job now asks for {wanted}; a monitor's parameters cannot change")
-        if record["next_start"] != self.window.start:
-            raise RunError(f"{where}: the monitor continues at window start {iso(record['next_start'])}, "
+        if record.next_start != self.window.start:
+            raise RunError(f"{where}: the monitor continues at window start {iso(record.next_start)}, "
                            f"got window.start {iso(self.window.start)}")
 
     def _initial_state(self, planned: object) -> dict[str, Any] | None:
         if not isinstance(planned, SvtPlan):
             return None
         record = self.monitor_records.get(planned.name)
-        return None if record is None else record["monitor"]
+        return None if record is None else record.state
 
     def _state_path(self, name: str) -> str:
         if self._state_dir is None:

@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from dpstream.accounting.events import ApproxDP, Gaussian, PureDP, SelfComposed
 from dpstream.accounting.filters import FSRCFilter, PureDPFilter
 from dpstream.accounting.filters.fsrc import basel_delta
-from dpstream.accounting.ledger import Ledger, LedgerError
+from dpstream.accounting.ledger import Ledger, LedgerError, MonitorRecord
 from tests.accounting.ledger_race import kill_inside_debit, race
 
 PG_HOST, PG_PORT, PG_DATABASE = "127.0.0.1", 5432, "test"
@@ -155,7 +155,7 @@ def test_monitor_state_is_sealed(ledger_url):
         opened = ledger.spend_and_check_out(scope, ApproxDP(1.0, 1e-7), "svt monitor", {"alerts": (1.0, 1e-7, None)})
         assert opened.admitted
         assert ledger.show(scope).monitors[0].checked_out == opened.release_id
-        ledger.check_in_monitor(scope, "alerts", opened.release_id, {"monitor": {"filter": monitor.to_dict()}}, True)
+        ledger.check_in_monitor(scope, "alerts", opened.release_id, MonitorRecord({"filter": monitor.to_dict()}), True)
         view = ledger.show(scope)
         assert [m.to_dict() for m in view.monitors] == [{"name": "alerts", "epsilon": 1.0, "delta": 1e-7, "halted": True,
                                                          "checked_out": None, "instances": 2,

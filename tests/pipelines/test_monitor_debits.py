@@ -7,7 +7,6 @@ by value, a run holding a continued monitor B and a new monitor A with B's param
 """
 from __future__ import annotations
 
-import json
 import math
 from collections import Counter
 
@@ -175,11 +174,11 @@ def test_a_monitor_sealed_under_the_printed_rule_is_shown_and_refused_before_any
     _run(tmp_path, url, (("svt", "B"), ("histogram", "H")), "2013-01-01", "2013-01-04", "run1")
     with Ledger(url) as ledger:
         record = ledger.monitor_record("test", "B")
-        state = record["monitor"]["filter"]["state"]
-        record["monitor"]["filter"]["state"] = {"spent_epsilon": state["spent_epsilon"], "open": state["open"]}
+        state = record.state["filter"]["state"]
+        record.state["filter"]["state"] = {"spent_epsilon": state["spent_epsilon"], "open": state["open"]}
         with ledger.engine.begin() as conn:
             conn.execute(ledger.monitors.update().where(ledger.monitors.c.name == "B")
-                         .values(sealed_state=json.dumps(record)))
+                         .values(sealed_state=record.to_json()))
         debits = len(ledger.history("test"))
     capsys.readouterr()
     assert main(["budget", "show", "--ledger", url, "--scope", "test"]) == 0

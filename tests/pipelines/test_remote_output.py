@@ -42,7 +42,7 @@ def test_a_run_to_a_url_writes_what_a_local_run_writes(tmp_path, url_root):
     leftovers = [p.name for p in (url_root / "runs" / "out").iterdir() if p.name.startswith(".")]
     assert leftovers == []  # no write probe, temporary file or sealed state left behind
     with Ledger(ledgers["url"]) as book:
-        assert book.monitor_record("test", "alerts")["checked_out"] is None  # the sealed state came back in
+        assert book.monitor_record("test", "alerts").checked_out is None  # the sealed state came back in
 
 
 def test_output_urls_are_kept_and_unknown_schemes_fail_before_the_debit(tmp_path):
