@@ -73,13 +73,19 @@ def _run(tmp_path, url, releases, start, end, out):
     return runner.run(jobfile.load(str(tmp_path / "job.toml")), str(tmp_path / out), url, log=lambda _: None)
 
 
-@pytest.mark.parametrize("second", [(("svt", "A"), ("svt", "B")), (("svt", "B"), ("svt", "A"))],
-                         ids=["new-first", "continued-first"])
-def test_a_new_monitor_with_a_continued_monitors_parameters_is_debited_once(tmp_path, second):
+def _run_with_monitor_b(tmp_path) -> str:
+    """A fresh scope (approx filter) and a first run opening svt monitor B beside histogram H; the ledger URL."""
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
     with Ledger(url, create=True) as ledger:
         ledger.init_scope("test", 100.0, 1e-4, "approx:release_delta=1e-6")
     _run(tmp_path, url, (("svt", "B"), ("histogram", "H")), "2013-01-01", "2013-01-04", "run1")
+    return url
+
+
+@pytest.mark.parametrize("second", [(("svt", "A"), ("svt", "B")), (("svt", "B"), ("svt", "A"))],
+                         ids=["new-first", "continued-first"])
+def test_a_new_monitor_with_a_continued_monitors_parameters_is_debited_once(tmp_path, second):
+    url = _run_with_monitor_b(tmp_path)
     with Ledger(url) as ledger:
         opened = ledger.history("test")[-1].event
     assert sum(isinstance(e, ApproxDP) for e in opened.events) == 1  # run 1 debits B's budget once
@@ -99,10 +105,7 @@ def test_a_new_monitor_with_a_continued_monitors_parameters_is_debited_once(tmp_
 
 
 def test_budget_show_prints_a_monitors_instances_and_delta_used(tmp_path, capsys):
-    url = f"sqlite:///{tmp_path / 'ledger.db'}"
-    with Ledger(url, create=True) as ledger:
-        ledger.init_scope("test", 100.0, 1e-4, "approx:release_delta=1e-6")
-    _run(tmp_path, url, (("svt", "B"), ("histogram", "H")), "2013-01-01", "2013-01-04", "run1")
+    url = _run_with_monitor_b(tmp_path)
     with Ledger(url) as ledger:
         (monitor,) = ledger.show("test").monitors
     capsys.readouterr()
@@ -168,10 +171,7 @@ def test_continuing_a_monitor_the_plan_does_not_have_is_an_error():
 def test_a_monitor_sealed_under_the_printed_rule_is_shown_and_refused_before_any_debit(tmp_path, capsys):
     """Its state lacks the delta budget: `budget show` says so, a run continuing it is refused with nothing
     debited, and the rest of the scope stays usable."""
-    url = f"sqlite:///{tmp_path / 'ledger.db'}"
-    with Ledger(url, create=True) as ledger:
-        ledger.init_scope("test", 100.0, 1e-4, "approx:release_delta=1e-6")
-    _run(tmp_path, url, (("svt", "B"), ("histogram", "H")), "2013-01-01", "2013-01-04", "run1")
+    url = _run_with_monitor_b(tmp_path)
     with Ledger(url) as ledger:
         record = ledger.monitor_record("test", "B")
         state = record.state["filter"]["state"]
