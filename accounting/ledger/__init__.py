@@ -80,17 +80,22 @@ The two new tables are created when missing by any `Ledger(url, create=True)`
 """
 from __future__ import annotations
 
-from dpstream.accounting.ledger.errors import LedgerError
+from dpstream.accounting.ledger.errors import LedgerConflict, LedgerError
 from dpstream.accounting.ledger.periods import MAX_PERIODS_PER_SPEND, Periods, check_unit_period, on_period_boundary
 from dpstream.accounting.ledger.records import (
+    PUBLISHED,
+    RUN_OUTCOMES,
     MonitorRecord,
     MonitorView,
     PeriodsView,
     ReleaseRecord,
+    RunRecord,
+    RunTicket,
     ScopeView,
     SpendResult,
 )
 from dpstream.accounting.ledger.store import (
+    DEFAULT_LEASE_SECONDS,
     DEFAULT_URL,
     LEDGER_ENV,
     MONITOR_SCOPE_FILTERS,
@@ -100,9 +105,11 @@ from dpstream.accounting.ledger.store import (
 )
 
 __all__ = [
+    "DEFAULT_LEASE_SECONDS",
     "DEFAULT_URL",
     "LEDGER_ENV",
     "Ledger",
+    "LedgerConflict",
     "LedgerError",
     "MAX_PERIODS_PER_SPEND",
     "MONITOR_SCOPE_FILTERS",
@@ -110,7 +117,11 @@ __all__ = [
     "MonitorView",
     "Periods",
     "PeriodsView",
+    "PUBLISHED",
+    "RUN_OUTCOMES",
     "ReleaseRecord",
+    "RunRecord",
+    "RunTicket",
     "ScopeView",
     "SpendResult",
     "check_unit_period",

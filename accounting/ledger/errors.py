@@ -1,6 +1,10 @@
-"""The one error type of the ledger."""
+"""The ledger's errors."""
 from __future__ import annotations
 
 
 class LedgerError(ValueError):
     """A ledger operation failed on user input or on the database; the message is one line."""
+
+
+class LedgerConflict(LedgerError):
+    """The scope changed between a run's preview and its commit; nothing was written (preview again)."""

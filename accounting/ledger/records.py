@@ -51,6 +51,52 @@ class SpendResult:
     message: str
 
 
+RUNNING, PUBLISHED, FAILED, EXPIRED, REFUSED, RELEASED = "running", "published", "failed", "expired", "refused", "released"
+RUN_OUTCOMES = (RUNNING, PUBLISHED, FAILED, EXPIRED, REFUSED, RELEASED)
+"""A run's outcomes (`Ledger.open_run`): running (it holds a lease), published (its release was debited), failed
+(it ended with an error before publishing), expired (its lease ran out: killed or cut off), refused (the scope
+refused its debit at publication), released (an operator ended its lease, `dpstream budget release`). Only
+published runs are debited."""
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One run (`Ledger.runs`): label, outcome, the event its publication debits, what it leases (monitors, an
+    output location) until when, the release its publication debited, and why it ended otherwise."""
+
+    run_id: int
+    scope: str
+    label: str
+    status: str
+    time: str
+    finished: str | None
+    event: Event
+    output: str | None
+    monitors: tuple[str, ...]
+    lease_until: float
+    monitors_pending: bool
+    release_id: int | None
+    reason: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"run": self.run_id, "scope": self.scope, "label": self.label, "outcome": self.status,
+                "time": self.time, "finished": self.finished, "events": self.event.to_dict(), "output": self.output,
+                "monitors": list(self.monitors), "lease_until": self.lease_until,
+                "monitors_pending": self.monitors_pending, "release_id": self.release_id, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class RunTicket:
+    """The answer to `Ledger.open_run`: admitted (the run holds its leases; nothing is debited yet) or not, the
+    run's id and the one line that says so."""
+
+    admitted: bool
+    scope: str
+    label: str
+    run_id: int | None
+    message: str
+
+
 @dataclass(frozen=True)
 class ReleaseRecord:
     """One admitted release: its label, UTC time, events and the scope's public filter state after it.
@@ -83,7 +129,8 @@ class ReleaseRecord:
 
 @dataclass(frozen=True)
 class MonitorView:
-    """A monitor's public view: its budget, halted or not, which run holds it, and its filter's public figures
+    """A monitor's public view: its budget, halted or not, which run holds its lease (`checked_out`, a run id;
+    `legacy_hold`: a release id of an older dpstream's run that never checked it in), and its filter's public figures
     (FSRC: the instances admitted and the delta they used; `legacy`: why a record sealed by an older dpstream
     cannot be continued). Never its realised spend."""
 
@@ -92,6 +139,8 @@ class MonitorView:
     delta: float
     halted: bool
     checked_out: int | None
+    lease_until: float | None = None
+    legacy_hold: int | None = None
     instances: int | None = None
     delta_used: float | None = None
     legacy: str | None = None
@@ -100,7 +149,7 @@ class MonitorView:
         """JSON-ready; the optional figures only when present."""
         out = {"name": self.name, "epsilon": self.epsilon, "delta": self.delta, "halted": self.halted,
                "checked_out": self.checked_out}
-        out.update({key: getattr(self, key) for key in ("instances", "delta_used", "legacy")
+        out.update({key: getattr(self, key) for key in ("lease_until", "legacy_hold", "instances", "delta_used", "legacy")
                     if getattr(self, key) is not None})
         return out
 
@@ -167,14 +216,16 @@ class MonitorRecord:
         return cls(data.get("monitor", {}), data.get("next_start"), data.get("checked_out"))
 
 
-def monitor_view(row: sa.Row) -> MonitorView:
-    """The public view of a monitor row: only the filter's `public_dict` is read from the sealed record.
+def monitor_view(row: sa.Row, lease: tuple[int, float] | None) -> MonitorView:
+    """The public view of a monitor row (`lease`: the run holding it and until when): only the filter's
+    `public_dict` is read from the sealed record.
 
     A record whose filter cannot be loaded (sealed by an older dpstream under the printed FSRC rule, which
     charges delta once) is shown with `legacy` set instead.
     """
     record = MonitorRecord.from_json(row.sealed_state)
-    view = MonitorView(row.name, row.epsilon, row.delta, bool(row.halted), record.checked_out)
+    view = MonitorView(row.name, row.epsilon, row.delta, bool(row.halted), None if lease is None else lease[0],
+                       None if lease is None else lease[1], record.checked_out)
     sealed_filter = record.state.get("filter")
     if sealed_filter is None:
         return view

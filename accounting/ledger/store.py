@@ -5,39 +5,54 @@ state and period scopes.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
+import time
 from contextlib import contextmanager
 from dataclasses import replace
-from datetime import datetime, timezone
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy import event as sa_event
 from sqlalchemy.engine import make_url
 
-from dpstream.accounting.events import Event, InvalidEventError
-from dpstream.accounting.filters import SCOPE_FILTERS, EventFilter, PrivacyFilter, default_scope_filter, scope_filter
-from dpstream.accounting.ledger.errors import LedgerError
+from dpstream.accounting.events import Event
+from dpstream.accounting.filters import SCOPE_FILTERS, PrivacyFilter, default_scope_filter, scope_filter
+from dpstream.accounting.ledger.decisions import decide, inserted_id, now_text
+from dpstream.accounting.ledger.errors import LedgerConflict, LedgerError
 from dpstream.accounting.ledger.periods import Periods, check_unit_period, period_runs
 from dpstream.accounting.ledger.records import (
+    EXPIRED,
+    FAILED,
     PERIOD_SCOPE,
+    PUBLISHED,
+    REFUSED,
+    RELEASED,
+    RUNNING,
     MonitorRecord,
     MonitorView,
     PeriodsView,
     ReleaseRecord,
+    RunRecord,
+    RunTicket,
     ScopeView,
     SpendResult,
     largest_spent,
     monitor_view,
     scope_config,
 )
+from dpstream.accounting.ledger.schema import define_tables, upgrade
 from dpstream.accounting.text import duration_text, instant_text
 
 DEFAULT_URL = "sqlite:///dpstream-ledger.db"
 LEDGER_ENV = "DPSTREAM_LEDGER"
 _LOCK_TIMEOUT_SECONDS = 120
+_LOCK_POLL_SECONDS = 5  # SQLite: after this long waiting for the write lock, `on_wait` is told once
+_READ_ONLY = "dpstream_read_only"
+DEFAULT_LEASE_SECONDS = 300.0
+"""How long a run holds its leases without renewing them (`Ledger.open_run`); the runner renews every third of it."""
 MONITOR_SCOPE_FILTERS = ("pure", "approx")
 """Scope filters that may hold svt monitors: (epsilon, delta) filters, for which Haney et al. 2023 extend the
 filter's validity to interactive mechanisms running concurrently
@@ -75,27 +90,18 @@ def _check_name(what: str, value: str, limit: int) -> str:
     return value
 
 
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
-
-
-def _inserted_id(result: sa.CursorResult[Any]) -> int:
-    """The id of the release row a single-row insert just wrote (SQLAlchemy types the key as optional)."""
-    key = result.inserted_primary_key
-    if key is None:
-        raise LedgerError("the database reported no id for the new release; nothing was debited")
-    return int(key[0])
-
-
 class Ledger:
     """A connection to one ledger database.
 
     `Ledger(url, create=True)` creates the tables (and an SQLite file with
     owner-only permissions) when missing; without `create` a missing file or
     missing tables is an error, so reads and debits never create anything.
+    `on_wait` is told (one line) when a write waits for another process's lock.
     """
 
-    def __init__(self, url: str | None = None, create: bool = False) -> None:
+    def __init__(self, url: str | None = None, create: bool = False,
+                 on_wait: Callable[[str], None] | None = None) -> None:
+        self.on_wait = on_wait
         raw = resolve_url(url)
         try:
             parsed = make_url(raw)
@@ -115,20 +121,25 @@ class Ledger:
         if backend == "sqlite":
             self._prepare_sqlite_file(create)
             self.engine = sa.create_engine(
-                parsed, connect_args={"timeout": _LOCK_TIMEOUT_SECONDS}, poolclass=sa.pool.NullPool
+                parsed, connect_args={"timeout": _LOCK_POLL_SECONDS}, poolclass=sa.pool.NullPool
             )
             sa_event.listen(self.engine, "connect", _sqlite_on_connect)
             sa_event.listen(self.engine, "begin", _sqlite_on_begin)
         else:
             self.engine = sa.create_engine(parsed, pool_size=1, max_overflow=2)
-        self._tables()
+        tables = self.tables = define_tables()
+        self.scopes, self.releases, self.monitors = tables.scopes, tables.releases, tables.monitors
+        self.periods, self.release_periods, self.runs = tables.periods, tables.release_periods, tables.runs
         with self._errors():
             if create:
-                self._metadata.create_all(self.engine)
-            elif not sa.inspect(self.engine).has_table("dpstream_scopes"):
+                tables.metadata.create_all(self.engine)
+            with self._reading() as conn:
+                existing = set(sa.inspect(conn).get_table_names())
+            if "dpstream_scopes" not in existing:
                 raise LedgerError(
                     f"ledger {self.display_url} has no budget scopes yet; create one with `dpstream budget init`"
                 )
+            upgrade(self.engine, tables, existing)
 
     # -- setup ------------------------------------------------------------------------------------
 
@@ -149,57 +160,6 @@ class Ledger:
         except OSError as err:
             raise LedgerError(f"cannot create ledger file {path}: {err.strerror}") from err
 
-    def _tables(self) -> None:
-        self._metadata = metadata = sa.MetaData()
-        self.scopes = sa.Table(
-            "dpstream_scopes",
-            metadata,
-            sa.Column("name", sa.String(200), primary_key=True),
-            sa.Column("epsilon", sa.Float(precision=53), nullable=False),
-            sa.Column("delta", sa.Float(precision=53), nullable=False),
-            sa.Column("filter_kind", sa.String(32), nullable=False),
-            sa.Column("filter_state", sa.Text, nullable=False),
-            sa.Column("created_at", sa.String(40), nullable=False),
-        )
-        self.releases = sa.Table(
-            "dpstream_releases",
-            metadata,
-            sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-            sa.Column("scope", sa.String(200), sa.ForeignKey("dpstream_scopes.name"), nullable=False, index=True),
-            sa.Column("label", sa.Text, nullable=False),
-            sa.Column("created_at", sa.String(40), nullable=False),
-            sa.Column("events", sa.Text, nullable=False),
-            sa.Column("budget_after", sa.Text, nullable=False),
-        )
-        self.monitors = sa.Table(
-            "dpstream_monitors",
-            metadata,
-            sa.Column("scope", sa.String(200), sa.ForeignKey("dpstream_scopes.name"), primary_key=True),
-            sa.Column("name", sa.String(200), primary_key=True),
-            sa.Column("epsilon", sa.Float(precision=53), nullable=False),
-            sa.Column("delta", sa.Float(precision=53), nullable=False),
-            sa.Column("sealed_state", sa.Text, nullable=False),
-            sa.Column("halted", sa.Boolean, nullable=False),
-            sa.Column("created_at", sa.String(40), nullable=False),
-        )
-        # Period scopes only; created when missing by Ledger(create=True), never read for plain scopes.
-        self.periods = sa.Table(
-            "dpstream_periods",
-            metadata,
-            sa.Column("scope", sa.String(200), sa.ForeignKey("dpstream_scopes.name"), primary_key=True),
-            sa.Column("period", sa.BigInteger, primary_key=True, autoincrement=False),
-            sa.Column("filter_state", sa.Text, nullable=False),
-            sa.Column("releases", sa.Integer, nullable=False),
-            sa.Column("updated_at", sa.String(40), nullable=False),
-        )
-        self.release_periods = sa.Table(
-            "dpstream_release_periods",
-            metadata,
-            sa.Column("release_id", sa.Integer, sa.ForeignKey("dpstream_releases.id"), primary_key=True,
-                      autoincrement=False),
-            sa.Column("period", sa.BigInteger, primary_key=True, autoincrement=False),
-        )
-
     def close(self) -> None:
         self.engine.dispose()
 
@@ -216,17 +176,46 @@ class Ledger:
         except sa.exc.DBAPIError as err:
             detail = str(getattr(err, "orig", err)).strip().splitlines()[0]
             raise LedgerError(f"ledger {self.display_url}: database error: {detail}") from err
+        except (json.JSONDecodeError, KeyError, TypeError) as err:  # a row edited or damaged outside dpstream
+            raise LedgerError(f"ledger {self.display_url}: a stored record is corrupt ({type(err).__name__}: "
+                              f"{err}); nothing was changed; restore the ledger from a backup") from err
 
     @contextmanager
     def _transaction(self) -> Iterator[sa.Connection]:
-        """One atomic transaction holding the write lock (SQLite) or taking row locks (PostgreSQL)."""
-        with self._errors(), self.engine.begin() as conn:
-            yield conn
+        """One atomic transaction holding the write lock (SQLite) or taking row locks (PostgreSQL). Waiting for
+        SQLite's write lock longer than _LOCK_POLL_SECONDS is told to `on_wait` once; after
+        _LOCK_TIMEOUT_SECONDS it is an error."""
+        with self._errors(), self.engine.connect() as conn:
+            deadline, told = time.monotonic() + _LOCK_TIMEOUT_SECONDS, False
+            while True:
+                try:
+                    transaction = conn.begin()
+                    break
+                except sa.exc.OperationalError as err:
+                    conn.rollback()
+                    if "locked" not in str(err) or time.monotonic() > deadline:
+                        raise
+                    if not told and self.on_wait is not None:
+                        self.on_wait(f"waiting for the write lock of ledger {self.display_url}, held by another "
+                                     f"process (at most {_LOCK_TIMEOUT_SECONDS} s)")
+                    told = True
+            with transaction:
+                yield conn
+
+    @contextmanager
+    def _reading(self) -> Iterator[sa.Connection]:
+        """One read-only transaction: a consistent snapshot, without the write lock (SQLite) or row locks."""
+        with self._errors(), self.engine.connect() as conn:
+            conn = conn.execution_options(**{_READ_ONLY: True})
+            with conn.begin():
+                yield conn
 
     def _lock_scope(self, conn: sa.Connection, scope: str) -> sa.Row:
-        row = conn.execute(
-            sa.select(self.scopes).where(self.scopes.c.name == scope).with_for_update()
-        ).one_or_none()
+        return self._scope_row(conn, scope, lock=True)
+
+    def _scope_row(self, conn: sa.Connection, scope: str, lock: bool = False) -> sa.Row:
+        query = sa.select(self.scopes).where(self.scopes.c.name == scope)
+        row = conn.execute(query.with_for_update() if lock else query).one_or_none()
         if row is None:
             raise LedgerError(f"unknown scope {scope!r} in ledger {self.display_url}")
         return row
@@ -265,52 +254,44 @@ class Ledger:
                         budget_filter.to_dict() if period is None
                         else {"filter": PERIOD_SCOPE, "period_s": period, "template": budget_filter.to_dict()}
                     ),
-                    created_at=_now(),
+                    created_at=now_text(),
                 )
             )
         return self.show(scope)
 
     def spend(self, scope: str, event: Event, label: str, periods: Periods | None = None) -> SpendResult:
-        """Atomically ask the scope's filter about `event` and record the release when admitted.
+        """Atomically ask the scope's filter about `event` and record the release when admitted (a debit made
+        without a run, e.g. `dpstream budget spend`; its outputs are the caller's).
 
         periods: required on a period scope (the periods the release touches, of the scope's length;
         every one of them must admit `event`, and all are debited), refused on a plain scope.
         """
-        _check_name("label", label, 1000)
-        if not isinstance(event, Event):
-            raise LedgerError(f"spend needs a privacy event, got {event!r}")
-        if periods is not None and not isinstance(periods, Periods):
-            raise LedgerError(f"spend takes its periods as a Periods range, got {periods!r}")
+        _check_event(label, event, periods)
         with self._transaction() as conn:
             row = self._lock_scope(conn, scope)
-            period, template = scope_config(row)
-            if period is None:
-                if periods is not None:
-                    raise LedgerError(
-                        f"scope {scope!r} has one budget for all its releases (no unit period), so a release "
-                        f"names no periods; nothing was debited"
-                    )
-                return self._spend_locked(conn, row, scope, event, label)
-            if periods is None:
-                raise LedgerError(
-                    f"scope {scope!r} has a budget per {duration_text(period)} period: name the periods the "
-                    f"release touches (`dpstream budget spend --periods START..END`); nothing was debited"
-                )
-            if periods.seconds != period:
-                raise LedgerError(
-                    f"scope {scope!r} has {duration_text(period)} periods ({period} s), the release names "
-                    f"{duration_text(periods.seconds)} periods ({periods.seconds} s); nothing was debited"
-                )
-            return self._spend_periods_locked(conn, row, scope, template, event, label, periods)
+            decision = decide(self.tables, conn, row, event, label, periods)
+            release_id = decision.write(conn)
+        if release_id is None:
+            return SpendResult(False, scope, label, None, decision.refusal or "refused")
+        return SpendResult(True, scope, label, release_id, _admitted(label, release_id, scope, periods))
 
     def unit_period(self, scope: str) -> int | None:
         """The scope's period length in seconds, or None for a plain scope."""
-        with self._transaction() as conn:
-            return scope_config(self._lock_scope(conn, scope))[0]
+        with self._reading() as conn:
+            return scope_config(self._scope_row(conn, scope))[0]
 
     @staticmethod
     def _refuse_monitors(row: sa.Row) -> None:
-        """svt monitors only on scopes whose filter has a concurrent-composition theorem (MONITOR_SCOPE_FILTERS)."""
+        """svt monitors only on plain scopes whose filter has a concurrent-composition theorem
+        (MONITOR_SCOPE_FILTERS), never on period scopes (a monitor's sealed state runs on across runs and
+        periods while its budget is debited once)."""
+        period, _ = scope_config(row)
+        if period is not None:
+            raise LedgerError(
+                f"scope {row.name!r} has a budget per {duration_text(period)} period, which does not support "
+                f"svt monitors: an svt monitor's sealed state runs on across runs and periods while its budget is "
+                f"debited once; use a scope without a unit period for svt releases; nothing was debited"
+            )
         if row.filter_kind not in MONITOR_SCOPE_FILTERS:
             raise LedgerError(
                 f"scope {row.name!r} uses the {row.filter_kind!r} filter, which does not support svt monitors: a "
@@ -320,174 +301,313 @@ class Ledger:
                 f"`dpstream budget init ... --filter approx`; nothing was debited"
             )
 
-    def _refuse_periods(self, row: sa.Row, what: str) -> None:
-        period, _ = scope_config(row)
-        if period is not None:
-            raise LedgerError(
-                f"scope {row.name!r} has a budget per {duration_text(period)} period, which does not support "
-                f"{what}: an svt monitor's sealed state runs on across runs and periods while its budget is "
-                f"debited once; use a scope without a unit period for svt releases; nothing was debited"
-            )
+    # -- runs: admitted when they open, debited when they publish ----------------------------------
 
-    def _spend_periods_locked(self, conn: sa.Connection, row: sa.Row, scope: str, template: dict[str, Any],
-                              event: Event, label: str, periods: Periods) -> SpendResult:
-        """`spend` on a period scope, inside a transaction that holds the scope's lock (`row`).
+    def open_run(self, scope: str, event: Event, label: str, *, periods: Periods | None = None,
+                 monitors: Mapping[str, tuple[float, float, MonitorRecord | None]] | None = None,
+                 output: str | None = None, lease_seconds: float = DEFAULT_LEASE_SECONDS) -> RunTicket:
+        """Open a run that will publish a release of `event`: nothing is debited (`commit_run` debits).
 
-        Locks the touched periods' rows (in period order), asks each period's filter (a fresh one from
-        `template` when the period has no row yet) and, when all admit, writes every new state, the
-        release and its periods. Filters are deterministic in (state, event), so periods in the same
-        state share one decision (one accountant query for all fresh periods).
+        One transaction: ends the leases of runs whose lease ran out (outcome expired), asks the scope's
+        filter whether it would admit `event` now (a refusal is recorded as a refused run; a halting filter
+        records its halt), and leases the monitors and the output location to the new run until `lease_seconds`
+        from now (`renew_run` extends it). `monitors`: name -> (epsilon, delta, the sealed record the caller read,
+        or None for a monitor to open, whose budget `event` includes). LedgerError, recording nothing, when a
+        monitor or the output is leased to another live run, a monitor to open exists, or a monitor to continue
+        is missing or changed since it was read.
         """
-        stored = {
-            r.period: r
-            for r in conn.execute(
-                sa.select(self.periods)
-                .where((self.periods.c.scope == scope)
-                       & (self.periods.c.period >= periods.first) & (self.periods.c.period <= periods.last))
-                .order_by(self.periods.c.period)
-                .with_for_update()
-            )
-        }
-        fresh = json.dumps(template)
-        decisions: dict[str, tuple[bool, bool, PrivacyFilter]] = {}  # state -> (admitted, was halted, filter after)
-        for period in periods.indices():
-            state = stored[period].filter_state if period in stored else fresh
-            if state in decisions:
-                continue
-            budget_filter = EventFilter.from_dict(json.loads(state))
-            was_halted = budget_filter.halted
+        _check_event(label, event, periods)
+        monitors = dict(monitors or {})
+        for name in monitors:
+            _check_name("monitor", name, 200)
+        if output is not None:
+            _check_name("output", output, 4000)
+        if not (math.isfinite(lease_seconds) and lease_seconds > 0):
+            raise LedgerError(f"a run's lease must be a positive number of seconds, got {lease_seconds!r}")
+        with self._transaction() as conn:
+            row = self._lock_scope(conn, scope)
+            clock = time.time()
+            self._expire_leases(conn, clock)
+            if monitors:
+                self._refuse_monitors(row)
+                self._check_monitors(conn, scope, monitors)
+            if output is not None:
+                self._check_output(conn, output)
+            decision = decide(self.tables, conn, row, event, label, periods)
+            if not decision.admitted:
+                decision.write(conn)
+            result = conn.execute(self.runs.insert().values(
+                scope=scope, label=label, status=RUNNING if decision.admitted else REFUSED,
+                events=json.dumps(event.to_dict()), periods=None if periods is None else json.dumps(
+                    [periods.seconds, periods.first, periods.last]),
+                monitors=json.dumps({n: [e, d, r is None] for n, (e, d, r) in monitors.items()}), output=output,
+                lease_until=clock + lease_seconds if decision.admitted else clock, monitors_pending=False,
+                reason=decision.refusal, created_at=now_text(), finished_at=None if decision.admitted else now_text()))
+            run_id = inserted_id(result)
+        if not decision.admitted:
+            return RunTicket(False, scope, label, run_id, f"{decision.refusal}; nothing was read or debited "
+                                                          f"(ledger run {run_id})")
+        return RunTicket(True, scope, label, run_id,
+                         f"admitted: run {run_id} ({label!r}) on scope {scope!r}; it is debited when it publishes")
+
+    def renew_run(self, run_id: int, lease_seconds: float = DEFAULT_LEASE_SECONDS) -> None:
+        """Extend a running run's lease to `lease_seconds` from now; LedgerError when it is no longer running."""
+        with self._transaction() as conn:
+            run = self._run_row(conn, run_id, lock=True)
+            self._require_running(run)
+            conn.execute(self.runs.update().where(self.runs.c.id == run_id)
+                         .values(lease_until=time.time() + lease_seconds))
+
+    def preview_run(self, run_id: int, states: Mapping[str, tuple[MonitorRecord, bool]] | None = None
+                    ) -> tuple[ScopeView | None, str]:
+        """What `commit_run` would leave: (the scope's view after it, or None when it would be refused; a token
+        of the scope's state now). Nothing is written (the transaction is rolled back)."""
+        with self._errors(), self.engine.connect() as conn:
+            transaction = conn.begin()
             try:
-                admitted = budget_filter.try_spend(event)
-            except (InvalidEventError, ValueError) as err:
-                raise LedgerError(f"scope {scope!r} ({row.filter_kind} filter): {err}") from err
-            decisions[state] = (admitted, was_halted, budget_filter)
+                admitted, token, run = self._commit_locked(conn, run_id, states, None)
+                view = self._show_locked(conn, self._lock_scope(conn, run.scope)) if admitted.admitted else None
+            finally:
+                transaction.rollback()
+        return view, token
 
-        def decision(period: int) -> tuple[bool, bool, PrivacyFilter]:
-            return decisions[stored[period].filter_state if period in stored else fresh]
+    def commit_run(self, run_id: int, states: Mapping[str, tuple[MonitorRecord, bool]] | None = None,
+                   expect: str | None = None) -> SpendResult:
+        """Debit a running run's release (the event fixed at `open_run`), at publication, in one transaction.
 
-        refused = [p for p in periods.indices() if not decision(p)[0]]
-        now = _now()
-        if refused:
-            # Only a halting filter changes on refusal: it records its halt, as its theorem requires.
-            halting = [p for p in refused if decision(p)[2].halted and not decision(p)[1]]
-            self._write_periods(conn, scope, halting, stored, decision, now, count=False)
-            already = [p for p in refused if decision(p)[1]]
-            runs = period_runs(periods.seconds, refused)
-            where = "; ".join(run.describe() for run in runs[:3]) + ("; ..." if len(runs) > 3 else "")
-            if len(already) == len(refused):
-                message = (f"refused: release {label!r} touches {len(refused)} halted period(s) of scope {scope!r} "
-                           f"({where}; {row.filter_kind} filter); nothing was debited")
-            else:
-                message = (
-                    f"refused: release {label!r} would exceed the budget of scope {scope!r} in {len(refused)} of its "
-                    f"{periods.count} periods ({where}; {row.filter_kind} filter, epsilon={row.epsilon:g}, "
-                    f"delta={row.delta:g} per {duration_text(periods.seconds)} period); nothing was debited"
-                    + (f"; {len(halting)} period(s) have now halted" if halting else "")
-                )
-            return SpendResult(False, scope, label, None, message)
-        self._write_periods(conn, scope, list(periods.indices()), stored, decision, now, count=True)
-        after = [f for _, _, f in decisions.values()]
-        result = conn.execute(
-            self.releases.insert().values(
-                scope=scope,
-                label=label,
-                created_at=now,
-                events=json.dumps(event.to_dict()),
-                budget_after=json.dumps({"filter": row.filter_kind, "period_s": periods.seconds,
-                                         "periods": periods.count, **largest_spent(after)}),
-            )
-        )
-        release_id = _inserted_id(result)
-        conn.execute(self.release_periods.insert(),
-                     [{"release_id": release_id, "period": p} for p in periods.indices()])
-        message = f"admitted: release {label!r} (id {release_id}) on scope {scope!r}, periods {periods.describe()}"
-        return SpendResult(True, scope, label, release_id, message)
+        `states`: every leased monitor's new sealed record and halted flag, stored and checked in; None keeps
+        the monitors leased (`check_in_monitors` stores them later: a pipeline that publishes as it runs).
+        `expect`: a token from `preview_run`; LedgerConflict, writing nothing, when the scope changed since.
+        Refused (the filter no longer admits it): the run's outcome is refused and nothing is debited.
+        LedgerError when the run is no longer running (its lease expired and was ended, or it was released).
+        """
+        with self._transaction() as conn:
+            result, _, _ = self._commit_locked(conn, run_id, states, expect)
+        return result
 
-    def _write_periods(self, conn: sa.Connection, scope: str, which: list[int], stored: dict[int, sa.Row],
-                       decision: Callable[[int], tuple[bool, bool, PrivacyFilter]], now: str, count: bool) -> None:
-        """Store the new filter state of the periods `which` (inserting rows for new periods); `count`: one more release."""
-        updates, inserts = [], []
-        for period in which:
-            state = json.dumps(decision(period)[2].to_dict())
-            if period in stored:
-                updates.append({"b_period": period, "b_state": state,
-                                "b_releases": stored[period].releases + (1 if count else 0)})
-            else:
-                inserts.append({"scope": scope, "period": period, "filter_state": state,
-                                "releases": 1 if count else 0, "updated_at": now})
-        if updates:
-            conn.execute(
-                self.periods.update()
-                .where((self.periods.c.scope == scope) & (self.periods.c.period == sa.bindparam("b_period")))
-                .values(filter_state=sa.bindparam("b_state"), releases=sa.bindparam("b_releases"), updated_at=now),
-                updates,
-            )
-        if inserts:
-            conn.execute(self.periods.insert(), inserts)
-
-    def _spend_locked(self, conn: sa.Connection, row: sa.Row, scope: str, event: Event, label: str) -> SpendResult:
-        """`spend` inside a transaction that holds the scope's lock (`row`)."""
-        budget_filter = EventFilter.from_dict(json.loads(row.filter_state))
-        was_halted = budget_filter.halted
-        try:
-            admitted = budget_filter.try_spend(event)
-        except (InvalidEventError, ValueError) as err:
-            raise LedgerError(f"scope {scope!r} ({row.filter_kind} filter): {err}") from err
-        release_id = None
-        if admitted or budget_filter.halted != was_halted:
-            self._save_filter(conn, scope, budget_filter)
-        if admitted:
-            release_id = self._insert_release(conn, scope, label, event, budget_filter)
-        if admitted:
-            message = f"admitted: release {label!r} (id {release_id}) on scope {scope!r}"
-        elif was_halted:
-            message = f"refused: scope {scope!r} has halted ({row.filter_kind} filter); release {label!r} not recorded"
+    def _commit_locked(self, conn: sa.Connection, run_id: int, states: Mapping[str, tuple[MonitorRecord, bool]] | None,
+                       expect: str | None) -> tuple[SpendResult, str, sa.Row]:
+        scope = self._run_row(conn, run_id, lock=False).scope
+        row = self._lock_scope(conn, scope)
+        run = self._run_row(conn, run_id, lock=True)
+        self._require_running(run)
+        token = self._token(conn, row)
+        if expect is not None and token != expect:
+            raise LedgerConflict(f"scope {scope!r} changed since run {run_id}'s publication was previewed")
+        event = Event.from_dict(json.loads(run.events))
+        periods = None if run.periods is None else Periods(*json.loads(run.periods))
+        decision = decide(self.tables, conn, row, event, run.label, periods)
+        release_id = decision.write(conn)
+        if release_id is None:
+            self._finish_run(conn, run_id, REFUSED, decision.refusal)
+            return SpendResult(False, scope, run.label, None, f"{decision.refusal}; nothing was published"), token, run
+        leased = json.loads(run.monitors)
+        if states is not None:
+            self._store_monitors(conn, scope, leased, states)
         else:
-            message = (
-                f"refused: release {label!r} would exceed the budget of scope {scope!r} "
-                f"({row.filter_kind} filter, epsilon={row.epsilon:g}, delta={row.delta:g})"
-                + ("; the scope has now halted" if budget_filter.halted else "")
-            )
-        return SpendResult(admitted, scope, label, release_id, message)
+            self._store_monitors(conn, scope, {n: v for n, v in leased.items() if v[2]},
+                                 {n: (MonitorRecord({}), False) for n, v in leased.items() if v[2]})
+        conn.execute(self.runs.update().where(self.runs.c.id == run_id).values(
+            status=PUBLISHED, release_id=release_id, finished_at=now_text(),
+            monitors_pending=states is None and bool(leased)))
+        return SpendResult(True, scope, run.label, release_id, _admitted(run.label, release_id, scope, periods)), token, run
 
-    def _save_filter(self, conn: sa.Connection, scope: str, budget_filter: PrivacyFilter) -> None:
-        conn.execute(
-            self.scopes.update()
-            .where(self.scopes.c.name == scope)
-            .values(filter_state=json.dumps(budget_filter.to_dict()))
-        )
+    def check_in_monitors(self, run_id: int, states: Mapping[str, tuple[MonitorRecord, bool]]) -> None:
+        """Store the sealed records of a published run whose monitors stayed leased (`commit_run(states=None)`)."""
+        with self._transaction() as conn:
+            run = self._run_row(conn, run_id, lock=True)
+            if run.status != PUBLISHED or not run.monitors_pending:
+                raise LedgerError(f"run {run_id} holds no monitors to check in (outcome {run.status})")
+            self._store_monitors(conn, run.scope, json.loads(run.monitors), states)
+            conn.execute(self.runs.update().where(self.runs.c.id == run_id).values(monitors_pending=False))
 
-    def _insert_release(
-        self, conn: sa.Connection, scope: str, label: str, event: Event, budget_filter: PrivacyFilter
-    ) -> int:
-        result = conn.execute(
-            self.releases.insert().values(
-                scope=scope,
-                label=label,
-                created_at=_now(),
-                events=json.dumps(event.to_dict()),
-                budget_after=json.dumps(budget_filter.public_dict()),
-            )
-        )
-        return _inserted_id(result)
+    def end_run(self, run_id: int, reason: str, outcome: str = FAILED) -> None:
+        """End a running run without publishing (failed, by default): its leases end, nothing is debited.
+        A run that is no longer running is left as it is."""
+        if outcome not in (FAILED, EXPIRED):
+            raise LedgerError(f"a run ends unpublished as {FAILED!r} or {EXPIRED!r}, not {outcome!r}")
+        with self._transaction() as conn:
+            run = self._run_row(conn, run_id, lock=True)
+            if run.status == RUNNING:
+                self._finish_run(conn, run_id, outcome, _first_chars(reason))
+
+    def release_run(self, scope: str, run_id: int, force: bool = False) -> str:
+        """An operator ends run `run_id`'s leases (`dpstream budget release`); the one line that says what changed.
+
+        A running run (dead, or cut off) ends as released; its monitors return to their state before it, which
+        is sound because its outputs were never published. A published run whose monitors are still leased
+        (a library pipeline that failed after its debit) may have published alerts, so releasing it needs
+        `force`, and its monitors return to their state before it: only right if it published nothing.
+        """
+        with self._transaction() as conn:
+            self._lock_scope(conn, scope)
+            run = self._run_row(conn, run_id, lock=True)
+            if run.scope != scope:
+                raise LedgerError(f"run {run_id} belongs to scope {run.scope!r}, not {scope!r}")
+            if run.status == RUNNING:
+                self._finish_run(conn, run_id, RELEASED, "its lease was ended by `dpstream budget release`")
+                return f"run {run_id} released: its monitors and output are free; nothing was debited for it"
+            if run.status == PUBLISHED and run.monitors_pending:
+                if not force:
+                    raise LedgerError(
+                        f"run {run_id} was debited (release {run.release_id}) and its pipeline may have published "
+                        f"alerts before it stopped; release its monitors with --force only if it published nothing "
+                        f"(they return to their state before it)")
+                conn.execute(self.runs.update().where(self.runs.c.id == run_id).values(
+                    monitors_pending=False, reason="monitors released by `dpstream budget release --force`"))
+                return f"run {run_id}: its monitors were released and keep their state from before it"
+            raise LedgerError(f"run {run_id} holds no lease (outcome {run.status})")
+
+    def release_monitor(self, scope: str, name: str) -> str:
+        """End a hold left on a monitor by a dpstream from before runs were recorded (its `checked_out` release)."""
+        with self._transaction() as conn:
+            self._lock_scope(conn, scope)
+            row = self._monitor_row(conn, scope, name)
+            if row is None:
+                raise LedgerError(f"scope {scope!r} has no monitor {name!r}")
+            record = MonitorRecord.from_json(row.sealed_state)
+            if record.checked_out is None:
+                raise LedgerError(f"monitor {name!r} on scope {scope!r} has no hold from an older dpstream")
+            conn.execute(self.monitors.update()
+                         .where((self.monitors.c.scope == scope) & (self.monitors.c.name == name))
+                         .values(sealed_state=replace(record, checked_out=None).to_json()))
+        return f"monitor {name!r}: the hold of release {record.checked_out} ended; it keeps its state from before"
+
+    def runs_of(self, scope: str) -> list[RunRecord]:
+        """Every run on the scope, oldest first; a running run whose lease has run out shows as expired."""
+        with self._reading() as conn:
+            self._scope_row(conn, scope)
+            rows = conn.execute(sa.select(self.runs).where(self.runs.c.scope == scope).order_by(self.runs.c.id)).all()
+        clock = time.time()
+        return [_run_record(r, clock) for r in rows]
+
+    def run(self, run_id: int) -> RunRecord:
+        """One run, as `runs_of` shows it."""
+        with self._reading() as conn:
+            return _run_record(self._run_row(conn, run_id, lock=False), time.time())
+
+    def _run_row(self, conn: sa.Connection, run_id: int, lock: bool) -> sa.Row:
+        query = sa.select(self.runs).where(self.runs.c.id == run_id)
+        row = conn.execute(query.with_for_update() if lock else query).one_or_none()
+        if row is None:
+            raise LedgerError(f"ledger {self.display_url} has no run {run_id!r}")
+        return row
+
+    @staticmethod
+    def _require_running(run: sa.Row) -> None:
+        if run.status != RUNNING:
+            raise LedgerError(f"run {run.id} is no longer running (outcome {run.status}: {run.reason}); its outputs "
+                              f"are not published and nothing was debited for it")
+
+    def _finish_run(self, conn: sa.Connection, run_id: int, outcome: str, reason: str | None) -> None:
+        conn.execute(self.runs.update().where(self.runs.c.id == run_id)
+                     .values(status=outcome, reason=reason, finished_at=now_text()))
+
+    def _expire_leases(self, conn: sa.Connection, clock: float) -> None:
+        """Running runs whose lease ran out end as expired (killed, or cut off from the ledger)."""
+        conn.execute(self.runs.update()
+                     .where((self.runs.c.status == RUNNING) & (self.runs.c.lease_until < clock))
+                     .values(status=EXPIRED, reason="its lease ran out (the run was killed or lost the ledger)",
+                             finished_at=now_text()))
+
+    def _live_leases(self, conn: sa.Connection, clock: float) -> Sequence[sa.Row]:
+        """Runs that hold leases: running within their lease, or published with monitors still leased."""
+        runs = self.runs.c
+        return conn.execute(sa.select(self.runs).where(
+            ((runs.status == RUNNING) & (runs.lease_until >= clock))
+            | ((runs.status == PUBLISHED) & runs.monitors_pending))).all()
+
+    def _monitor_leases(self, conn: sa.Connection, scope: str, clock: float) -> dict[str, tuple[int, float]]:
+        """Monitor name -> (the run leasing it, lease end; inf while a published run holds it) on `scope`."""
+        out: dict[str, tuple[int, float]] = {}
+        for run in self._live_leases(conn, clock):
+            if run.scope == scope:
+                until = float(run.lease_until) if run.status == RUNNING else math.inf
+                out.update({name: (int(run.id), until) for name in json.loads(run.monitors)})
+        return out
+
+    def _check_monitors(self, conn: sa.Connection, scope: str,
+                        monitors: Mapping[str, tuple[float, float, MonitorRecord | None]]) -> None:
+        leases = self._monitor_leases(conn, scope, time.time())
+        for name, (_, _, expected) in monitors.items():
+            if name in leases:
+                holder, until = leases[name]
+                when = "until its pipeline checks it in" if math.isinf(until) else f"until {instant_text(until)}"
+                raise LedgerError(
+                    f"monitor {name!r} on scope {scope!r} is leased to run {holder} {when}; if that run is dead, "
+                    f"`dpstream budget release --scope {scope} --run {holder}` frees it; nothing was debited")
+            current = self._monitor_row(conn, scope, name)
+            if expected is None and current is not None:
+                raise LedgerError(f"monitor {name!r} already exists on scope {scope!r}; nothing was debited")
+            if expected is not None and (current is None or MonitorRecord.from_json(current.sealed_state) != expected):
+                raise LedgerError(f"monitor {name!r} on scope {scope!r} changed since it was read; nothing was debited")
+            if expected is not None and expected.checked_out is not None:
+                raise LedgerError(
+                    f"monitor {name!r} on scope {scope!r} is held by release {expected.checked_out} of a dpstream "
+                    f"before runs were recorded, which never checked it in; `dpstream budget release --scope {scope} "
+                    f"--monitor {name}` ends the hold (only if that run published nothing); nothing was debited")
+
+    def _check_output(self, conn: sa.Connection, output: str) -> None:
+        for run in self._live_leases(conn, time.time()):
+            if run.output == output and run.status == RUNNING:
+                raise LedgerError(f"output {output} is leased to run {run.id} on scope {run.scope!r} until "
+                                  f"{instant_text(float(run.lease_until))} (a concurrent run into the same place); "
+                                  f"nothing was debited")
+
+    def _store_monitors(self, conn: sa.Connection, scope: str, leased: Mapping[str, list[Any]],
+                        states: Mapping[str, tuple[MonitorRecord, bool]]) -> None:
+        """Write the new sealed record of every leased monitor (insert the ones this run opened)."""
+        if set(states) != set(leased):
+            raise LedgerError(f"a run must check in exactly its monitors {sorted(leased)}, got {sorted(states)}")
+        for name, (epsilon, delta, new) in leased.items():
+            record, halted = states[name]
+            sealed = replace(record, checked_out=None).to_json()
+            if new and self._monitor_row(conn, scope, name) is None:
+                conn.execute(self.monitors.insert().values(
+                    scope=scope, name=name, epsilon=float(epsilon), delta=float(delta), sealed_state=sealed,
+                    halted=bool(halted), created_at=now_text()))
+            else:
+                conn.execute(self.monitors.update()
+                             .where((self.monitors.c.scope == scope) & (self.monitors.c.name == name))
+                             .values(sealed_state=sealed, halted=bool(halted)))
+
+    def _token(self, conn: sa.Connection, row: sa.Row) -> str:
+        """A digest of everything a scope's view depends on (filter states, releases, monitors)."""
+        scope, digest = row.name, hashlib.sha256(row.filter_state.encode("utf-8"))
+        for query in (sa.select(self.periods.c.period, self.periods.c.filter_state, self.periods.c.releases)
+                      .where(self.periods.c.scope == scope).order_by(self.periods.c.period),
+                      sa.select(self.releases.c.id).where(self.releases.c.scope == scope).order_by(self.releases.c.id),
+                      sa.select(self.monitors.c.name, self.monitors.c.sealed_state, self.monitors.c.halted)
+                      .where(self.monitors.c.scope == scope).order_by(self.monitors.c.name)):
+            for found in conn.execute(query):
+                digest.update(repr(tuple(found)).encode("utf-8"))
+        return digest.hexdigest()
+
+    # -- views --------------------------------------------------------------------------------------
 
     def show(self, scope: str) -> ScopeView:
-        """The scope's public view: budget, filter rule and state, release count, monitors (halted or not).
+        """The scope's public view: budget, filter rule and state, release count, monitors (halted or not, and
+        the run leasing each).
 
         A period scope shows its period length (`unit_period`), how many periods were spent on and the
         largest figure spent in any one period (`largest_spent`); `period_states` lists every period.
+        Reads without taking the write lock.
         """
-        with self._transaction() as conn:
-            row = self._lock_scope(conn, scope)
-            count = conn.execute(
-                sa.select(sa.func.count()).select_from(self.releases).where(self.releases.c.scope == scope)
-            ).scalar_one()
-            monitors = conn.execute(
-                sa.select(self.monitors).where(self.monitors.c.scope == scope).order_by(self.monitors.c.name)
-            ).all()
-            period, template = scope_config(row)
-            period_rows = [] if period is None else self._period_rows(conn, scope)
-        monitors_view = tuple(monitor_view(m) for m in monitors)
+        with self._reading() as conn:
+            return self._show_locked(conn, self._scope_row(conn, scope))
+
+    def _show_locked(self, conn: sa.Connection, row: sa.Row) -> ScopeView:
+        scope = row.name
+        count = conn.execute(
+            sa.select(sa.func.count()).select_from(self.releases).where(self.releases.c.scope == scope)
+        ).scalar_one()
+        monitors = conn.execute(
+            sa.select(self.monitors).where(self.monitors.c.scope == scope).order_by(self.monitors.c.name)
+        ).all()
+        leases = self._monitor_leases(conn, scope, time.time())
+        period, template = scope_config(row)
+        period_rows = [] if period is None else self._period_rows(conn, scope)
+        monitors_view = tuple(monitor_view(m, leases.get(m.name)) for m in monitors)
         if period is not None:
             return self._period_view(row, period, template, period_rows, int(count), monitors_view)
         budget_filter = PrivacyFilter.from_dict(template)
@@ -518,8 +638,8 @@ class Ledger:
 
     def period_states(self, scope: str) -> list[dict[str, Any]]:
         """A period scope's periods that have a filter state, oldest first: start, end, releases, public state."""
-        with self._transaction() as conn:
-            period, _ = scope_config(self._lock_scope(conn, scope))
+        with self._reading() as conn:
+            period, _ = scope_config(self._scope_row(conn, scope))
             if period is None:
                 raise LedgerError(f"scope {scope!r} has one budget for all its releases (no unit period), so no periods")
             rows = self._period_rows(conn, scope)
@@ -538,8 +658,8 @@ class Ledger:
 
     def history(self, scope: str) -> list[ReleaseRecord]:
         """Every admitted release of the scope, oldest first (on a period scope, with the periods it was charged)."""
-        with self._transaction() as conn:
-            period, _ = scope_config(self._lock_scope(conn, scope))
+        with self._reading() as conn:
+            period, _ = scope_config(self._scope_row(conn, scope))
             rows = conn.execute(
                 sa.select(self.releases).where(self.releases.c.scope == scope).order_by(self.releases.c.id)
             ).all()
@@ -563,8 +683,8 @@ class Ledger:
 
     def monitor_record(self, scope: str, name: str) -> MonitorRecord | None:
         """The monitor's sealed record, or None when the scope has no such monitor. Sealed: never publish it."""
-        with self._transaction() as conn:
-            self._lock_scope(conn, scope)
+        with self._reading() as conn:
+            self._scope_row(conn, scope)
             row = self._monitor_row(conn, scope, name)
         return None if row is None else MonitorRecord.from_json(row.sealed_state)
 
@@ -573,62 +693,31 @@ class Ledger:
             sa.select(self.monitors).where((self.monitors.c.scope == scope) & (self.monitors.c.name == name))
         ).one_or_none()
 
-    def spend_and_check_out(
-        self, scope: str, event: Event, label: str, monitors: dict[str, tuple[float, float, MonitorRecord | None]]
-    ) -> SpendResult:
-        """One transaction: check the monitors, debit `event`, open the new monitors and check all of them out.
 
-        `monitors`: name -> (epsilon, delta, the sealed record the caller read, or None for a monitor to
-        open). Refused with a LedgerError, debiting nothing, when a monitor to open exists, or a monitor to
-        continue is missing, changed since it was read, or checked out by another run. When admitted, every
-        record is stored with `checked_out` = the release id; `event` must include the budgets of the
-        monitors opened here (their whole cost to the scope).
-        """
-        _check_name("label", label, 1000)
-        with self._transaction() as conn:
-            row = self._lock_scope(conn, scope)
-            self._refuse_periods(row, "svt monitors (spend_and_check_out)")
-            self._refuse_monitors(row)
-            for name, (_, _, expected) in monitors.items():
-                _check_name("monitor", name, 200)
-                current = self._monitor_row(conn, scope, name)
-                if expected is None and current is not None:
-                    raise LedgerError(f"monitor {name!r} already exists on scope {scope!r}; nothing was debited")
-                if expected is not None and (current is None or MonitorRecord.from_json(current.sealed_state) != expected):
-                    raise LedgerError(f"monitor {name!r} on scope {scope!r} changed since it was read; nothing was debited")
-                if expected is not None and expected.checked_out is not None:
-                    raise LedgerError(
-                        f"monitor {name!r} on scope {scope!r} is checked out by the run of ledger release "
-                        f"{expected.checked_out} (still running, or failed); nothing was debited"
-                    )
-            result = self._spend_locked(conn, row, scope, event, label)
-            if not result.admitted:
-                return result
-            for name, (epsilon, delta, expected) in monitors.items():
-                record = replace(expected or MonitorRecord({}), checked_out=result.release_id).to_json()
-                if expected is None:
-                    conn.execute(self.monitors.insert().values(
-                        scope=scope, name=name, epsilon=float(epsilon), delta=float(delta), sealed_state=record,
-                        halted=False, created_at=_now()))
-                else:
-                    conn.execute(self.monitors.update()
-                                 .where((self.monitors.c.scope == scope) & (self.monitors.c.name == name))
-                                 .values(sealed_state=record))
-        return result
+def _check_event(label: str, event: Event, periods: Periods | None) -> None:
+    _check_name("label", label, 1000)
+    if not isinstance(event, Event):
+        raise LedgerError(f"a debit needs a privacy event, got {event!r}")
+    if periods is not None and not isinstance(periods, Periods):
+        raise LedgerError(f"a debit takes its periods as a Periods range, got {periods!r}")
 
-    def check_in_monitor(self, scope: str, name: str, release_id: int, record: MonitorRecord, halted: bool) -> None:
-        """Store the record a run sealed and end its checkout; only the run that checked it out may."""
-        with self._transaction() as conn:
-            self._lock_scope(conn, scope)
-            current = self._monitor_row(conn, scope, name)
-            holder = None if current is None else MonitorRecord.from_json(current.sealed_state).checked_out
-            if holder != release_id:
-                raise LedgerError(
-                    f"monitor {name!r} on scope {scope!r} is checked out by release {holder!r}, not {release_id!r}"
-                )
-            conn.execute(self.monitors.update()
-                         .where((self.monitors.c.scope == scope) & (self.monitors.c.name == name))
-                         .values(sealed_state=replace(record, checked_out=None).to_json(), halted=bool(halted)))
+
+def _admitted(label: str, release_id: int, scope: str, periods: Periods | None) -> str:
+    return (f"admitted: release {label!r} (id {release_id}) on scope {scope!r}"
+            + ("" if periods is None else f", periods {periods.describe()}"))
+
+
+def _first_chars(text: str, limit: int = 2000) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _run_record(row: sa.Row, clock: float) -> RunRecord:
+    expired = row.status == RUNNING and row.lease_until < clock
+    return RunRecord(int(row.id), row.scope, row.label, EXPIRED if expired else row.status, row.created_at,
+                     row.finished_at, Event.from_dict(json.loads(row.events)), row.output,
+                     tuple(json.loads(row.monitors)), float(row.lease_until), bool(row.monitors_pending),
+                     row.release_id, "its lease ran out (the run was killed or lost the ledger)" if expired
+                     else row.reason)
 
 
 def _sqlite_on_connect(dbapi_connection, _record) -> None:
@@ -643,4 +732,5 @@ def _sqlite_on_connect(dbapi_connection, _record) -> None:
 
 
 def _sqlite_on_begin(conn) -> None:
-    conn.exec_driver_sql("BEGIN IMMEDIATE")
+    """Writes take the database's write lock when they begin; reads (`Ledger._reading`) take none (WAL)."""
+    conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get(_READ_ONLY) else "BEGIN IMMEDIATE")

@@ -34,7 +34,7 @@ def kill_inside_debit(tmp_path, ledger_url: str, scope: str, *extra: str) -> Non
             "--label", "killed", *extra]
     script = (
         "import pathlib, sys, time\n"
-        "from dpstream.accounting.ledger.store import Ledger\n"
+        "from dpstream.accounting.ledger import decisions\n"
         "from dpstream.pipelines.cli.main import main\n"
         f"marker = pathlib.Path({str(marker)!r})\n"
         "def inside(method):\n"
@@ -44,8 +44,8 @@ def kill_inside_debit(tmp_path, ledger_url: str, scope: str, *extra: str) -> Non
         "        time.sleep(60)\n"
         "        return result\n"
         "    return wrapped\n"
-        "Ledger._save_filter = inside(Ledger._save_filter)\n"
-        "Ledger._write_periods = inside(Ledger._write_periods)\n"
+        "decisions._save_filter = inside(decisions._save_filter)\n"
+        "decisions._PeriodWriter.__call__ = inside(decisions._PeriodWriter.__call__)\n"
         f"sys.exit(main({argv!r}))\n"
     )
     process = subprocess.Popen([sys.executable, "-c", script], cwd=tmp_path, stdout=subprocess.PIPE,

@@ -69,7 +69,7 @@ def postgresql_url_fresh(postgres_url):
     """The run's schema, emptied before each test."""
     engine = sa.create_engine(postgres_url.replace("postgresql://", "postgresql+psycopg://"))
     with engine.begin() as conn:
-        for table in ("dpstream_release_periods", "dpstream_periods", "dpstream_monitors", "dpstream_releases",
+        for table in ("dpstream_runs", "dpstream_release_periods", "dpstream_periods", "dpstream_monitors", "dpstream_releases",
                       "dpstream_scopes"):
             conn.exec_driver_sql(f"DROP TABLE IF EXISTS {table}")
     engine.dispose()
@@ -152,10 +152,11 @@ def test_monitor_state_is_sealed(ledger_url):
     monitor.charge(0.654321)
     with Ledger(ledger_url, create=True) as ledger:
         ledger.init_scope(scope, 2.0, 1e-6)
-        opened = ledger.spend_and_check_out(scope, ApproxDP(1.0, 1e-7), "svt monitor", {"alerts": (1.0, 1e-7, None)})
-        assert opened.admitted
-        assert ledger.show(scope).monitors[0].checked_out == opened.release_id
-        ledger.check_in_monitor(scope, "alerts", opened.release_id, MonitorRecord({"filter": monitor.to_dict()}), True)
+        opened = ledger.open_run(scope, ApproxDP(1.0, 1e-7), "svt monitor", monitors={"alerts": (1.0, 1e-7, None)})
+        assert opened.admitted and ledger.show(scope).monitors == ()  # opened at publication, with its debit
+        committed = ledger.commit_run(opened.run_id, None)
+        assert committed.admitted and ledger.show(scope).monitors[0].checked_out == opened.run_id
+        ledger.check_in_monitors(opened.run_id, {"alerts": (MonitorRecord({"filter": monitor.to_dict()}), True)})
         view = ledger.show(scope)
         assert [m.to_dict() for m in view.monitors] == [{"name": "alerts", "epsilon": 1.0, "delta": 1e-7, "halted": True,
                                                          "checked_out": None, "instances": 2,
@@ -174,8 +175,8 @@ def test_monitors_are_refused_on_scopes_without_a_concurrent_composition_theorem
         before = (ledger.show(scope), ledger.history(scope))
         with pytest.raises(LedgerError, match=f"uses the '{kind}' filter, which does not support svt monitors.*"
                                               f"only the pure and approx filters.*nothing was debited"):
-            ledger.spend_and_check_out(scope, PureDP(0.1), "svt", {"alerts": (0.1, 0.0, None)})
-        assert (ledger.show(scope), ledger.history(scope)) == before
+            ledger.open_run(scope, PureDP(0.1), "svt", monitors={"alerts": (0.1, 0.0, None)})
+        assert (ledger.show(scope), ledger.history(scope), ledger.runs_of(scope)) == (*before, [])
         assert ledger.monitor_record(scope, "alerts") is None
 
 

@@ -144,7 +144,7 @@ def test_svt_monitors_are_refused_on_period_scopes(ledger_url):
         ledger.init_scope(scope, 2.0, 1e-6, unit_period=DAY)
         before = _snapshot(ledger, scope)
         with pytest.raises(LedgerError, match="does not support svt monitors"):
-            ledger.spend_and_check_out(scope, PureDP(0.1), "svt", {"alerts": (0.1, 0.0, None)})
+            ledger.open_run(scope, PureDP(0.1), "svt", monitors={"alerts": (0.1, 0.0, None)})
         assert _snapshot(ledger, scope) == before
         assert ledger.monitor_record(scope, "alerts") is None
 

@@ -1,0 +1,106 @@
+"""The ledger's tables (SQLAlchemy Core), shared by SQLite and PostgreSQL.
+
+- `dpstream_scopes`: one row per budget scope, with its filter state (a period scope keeps its period length
+  and per-period template there, see `records.scope_config`);
+- `dpstream_releases`: every debit, with its events and the scope's public state after it;
+- `dpstream_monitors`: the sealed record of each svt monitor;
+- `dpstream_periods`, `dpstream_release_periods`: the filter state of each period of a period scope, and the
+  periods each release was charged to;
+- `dpstream_runs`: every run that asked to publish (`Ledger.open_run`): its outcome, its lease on monitors and
+  an output location, and the release its publication debited.
+Ledgers written before a table existed gain it when opened (`upgrade`): adding a table changes no row.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+
+
+@dataclass(frozen=True)
+class Tables:
+    metadata: sa.MetaData
+    scopes: sa.Table
+    releases: sa.Table
+    monitors: sa.Table
+    periods: sa.Table
+    release_periods: sa.Table
+    runs: sa.Table
+
+
+def define_tables() -> Tables:
+    metadata = sa.MetaData()
+    scopes = sa.Table(
+        "dpstream_scopes",
+        metadata,
+        sa.Column("name", sa.String(200), primary_key=True),
+        sa.Column("epsilon", sa.Float(precision=53), nullable=False),
+        sa.Column("delta", sa.Float(precision=53), nullable=False),
+        sa.Column("filter_kind", sa.String(32), nullable=False),
+        sa.Column("filter_state", sa.Text, nullable=False),
+        sa.Column("created_at", sa.String(40), nullable=False),
+    )
+    releases = sa.Table(
+        "dpstream_releases",
+        metadata,
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+        sa.Column("scope", sa.String(200), sa.ForeignKey("dpstream_scopes.name"), nullable=False, index=True),
+        sa.Column("label", sa.Text, nullable=False),
+        sa.Column("created_at", sa.String(40), nullable=False),
+        sa.Column("events", sa.Text, nullable=False),
+        sa.Column("budget_after", sa.Text, nullable=False),
+    )
+    monitors = sa.Table(
+        "dpstream_monitors",
+        metadata,
+        sa.Column("scope", sa.String(200), sa.ForeignKey("dpstream_scopes.name"), primary_key=True),
+        sa.Column("name", sa.String(200), primary_key=True),
+        sa.Column("epsilon", sa.Float(precision=53), nullable=False),
+        sa.Column("delta", sa.Float(precision=53), nullable=False),
+        sa.Column("sealed_state", sa.Text, nullable=False),
+        sa.Column("halted", sa.Boolean, nullable=False),
+        sa.Column("created_at", sa.String(40), nullable=False),
+    )
+    periods = sa.Table(
+        "dpstream_periods",
+        metadata,
+        sa.Column("scope", sa.String(200), sa.ForeignKey("dpstream_scopes.name"), primary_key=True),
+        sa.Column("period", sa.BigInteger, primary_key=True, autoincrement=False),
+        sa.Column("filter_state", sa.Text, nullable=False),
+        sa.Column("releases", sa.Integer, nullable=False),
+        sa.Column("updated_at", sa.String(40), nullable=False),
+    )
+    release_periods = sa.Table(
+        "dpstream_release_periods",
+        metadata,
+        sa.Column("release_id", sa.Integer, sa.ForeignKey("dpstream_releases.id"), primary_key=True,
+                  autoincrement=False),
+        sa.Column("period", sa.BigInteger, primary_key=True, autoincrement=False),
+    )
+    runs = sa.Table(
+        "dpstream_runs",
+        metadata,
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+        sa.Column("scope", sa.String(200), sa.ForeignKey("dpstream_scopes.name"), nullable=False, index=True),
+        sa.Column("label", sa.Text, nullable=False),
+        sa.Column("status", sa.String(16), nullable=False, index=True),
+        sa.Column("events", sa.Text, nullable=False),  # the plan's event, fixed when the run opens
+        sa.Column("periods", sa.Text, nullable=True),  # period scopes: the Periods it will be charged to
+        sa.Column("monitors", sa.Text, nullable=False),  # name -> [epsilon, delta, new?]: the monitors it leases
+        sa.Column("output", sa.Text, nullable=True),  # the output location it leases
+        sa.Column("lease_until", sa.Float(precision=53), nullable=False),  # seconds since the epoch (UTC)
+        sa.Column("monitors_pending", sa.Boolean, nullable=False),  # published, monitors not checked in yet
+        sa.Column("release_id", sa.Integer, sa.ForeignKey("dpstream_releases.id"), nullable=True),
+        sa.Column("reason", sa.Text, nullable=True),  # why it failed, expired or was refused
+        sa.Column("created_at", sa.String(40), nullable=False),
+        sa.Column("finished_at", sa.String(40), nullable=True),
+    )
+    return Tables(metadata, scopes, releases, monitors, periods, release_periods, runs)
+
+
+def upgrade(engine: sa.Engine, tables: Tables, existing: set[str]) -> None:
+    """Create the tables a ledger written by an older dpstream lacks (`existing`: the tables it has); never
+    alters an existing table."""
+    missing = [t for t in (tables.runs,) if t.name not in existing]
+    if missing:
+        tables.metadata.create_all(engine, tables=missing)
