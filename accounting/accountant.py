@@ -107,6 +107,8 @@ class Accountant:
         for bound in self._bounds:
             if bound.nonadaptive_only and self.adaptive:
                 continue
+            if bound.max_events is not None and len(composition) > bound.max_events:
+                continue
             if bound.applies(composition):
                 valid.append((bound, composition))
             elif relaxed is not composition and bound.applies(relaxed):

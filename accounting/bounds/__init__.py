@@ -21,12 +21,15 @@ class Bound(abc.ABC):
 
     `nonadaptive_only` marks theorems valid only when every mechanism (not
     just its privacy parameters) was fixed before any ran; the accountant
-    uses them only when told `adaptive=False`.
+    uses them only when told `adaptive=False`. `max_events` bounds the events
+    a theorem whose evaluation grows with their number is asked about (memory
+    and time stay bounded; the other theorems still answer).
     """
 
     name: ClassVar[str]
     reference: ClassVar[str]
     nonadaptive_only: ClassVar[bool] = False
+    max_events: ClassVar[int | None] = None  # theorems evaluated in O(k) apply to at most this many events
 
     @abc.abstractmethod
     def applies(self, composition: Composition) -> bool:

@@ -56,7 +56,13 @@ import numpy as np
 from dpstream.accounting.bounds import Bound
 from dpstream.accounting.bounds.basic import pure_epsilon
 from dpstream.accounting.bounds.discrete_pld import DiscretePLD
-from dpstream.accounting.bounds.pure_dp import PURE_EVENTS, ULP, binomial_loss_atoms, rr_log_probabilities
+from dpstream.accounting.bounds.pure_dp import (
+    MAX_ENUMERATED,
+    PURE_EVENTS,
+    ULP,
+    binomial_loss_atoms,
+    rr_log_probabilities,
+)
 from dpstream.accounting.composition import Composition
 from dpstream.accounting.events import ApproxDP
 
@@ -263,6 +269,8 @@ def composition_pairs(composition: Composition) -> list[tuple[tuple[float, float
 
 class ChourasiaRecursion(Bound):
     """Any list of pure and (epsilon, delta) events, fixed in advance: Thm 4.6 (see the module docstring). Not a filter."""
+
+    max_events = MAX_ENUMERATED
 
     name = "chourasia_recursion"
     reference = "Chourasia–Javaid–Sikdar, Thm 4.6 and Cor 4.7 (exact (eps_i, delta_i) composition)"

@@ -30,6 +30,7 @@ from scipy.special import gammaln
 from dpstream.accounting.bounds import Bound
 from dpstream.accounting.bounds import generalized_rr as rr
 from dpstream.accounting.bounds.basic import pure_epsilon
+from dpstream.accounting.bounds.pure_dp import MAX_ENUMERATED
 from dpstream.accounting.composition import Composition
 from dpstream.accounting.events import BoundedRange
 
@@ -368,6 +369,8 @@ class OptimalNonadaptiveBR(Bound):
       dozen delta evaluations (under 10 ms for k <= 100).
     Paper symbols: eps = BoundedRange.epsilon, k = total count, eps_g = epsilon.
     """
+
+    max_events = MAX_ENUMERATED
 
     name = "br_optimal_nonadaptive"
     reference = "Dong–Durfee–Rogers 2020, Thm 3 (optimal non-adaptive BR composition)"

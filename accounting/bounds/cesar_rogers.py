@@ -39,6 +39,7 @@ from dpstream.accounting.bounds import Bound
 from dpstream.accounting.bounds import generalized_rr as rr
 from dpstream.accounting.bounds.basic import pure_epsilon
 from dpstream.accounting.bounds.bounded_range import mgf_log_moment as br_log_mgf
+from dpstream.accounting.bounds.pure_dp import MAX_ENUMERATED
 from dpstream.accounting.composition import Composition
 from dpstream.accounting.events import ZCDP, BoundedRange, Gaussian, Laplace, PureDP
 
@@ -182,6 +183,8 @@ class MixedNonadaptive(Bound):
     Runtime: O((k - m)^2 m) per delta; epsilon by about 12 Brent steps on ln delta.
     """
 
+    max_events = MAX_ENUMERATED
+
     name = "cesar_rogers_mixed_nonadaptive"
     reference = "Cesar–Rogers, Thm 3 (optimal non-adaptive pure-DP + BR composition)"
     nonadaptive_only = True
@@ -214,6 +217,8 @@ class SingleBRAdaptive(Bound):
     Caller must ensure: the epsilons were fixed before any mechanism ran.
     Numerics: as `MixedNonadaptive`. Runtime: O(k) per delta.
     """
+
+    max_events = MAX_ENUMERATED
 
     name = "cesar_rogers_one_br_adaptive"
     reference = "Cesar–Rogers, Cor 5.1 and Thm 1 (one adaptive BR among pure-DP mechanisms)"
@@ -440,6 +445,8 @@ class MixedSetwise(Bound):
     Numerics: closed form; br_mean by series below 0.05; result rounded up.
     Runtime: O(number of distinct events).
     """
+
+    max_events = MAX_ENUMERATED
 
     name = "cesar_rogers_setwise"
     reference = "Cesar–Rogers, Lemma 3.2, Lemma 3.3 (Eq. 2-3) and Lemma 3.4 (set-wise adaptive)"

@@ -25,7 +25,7 @@ gammaln error; the profile and its exact inverse come from
 `accounting.bounds.discrete_pld` (logsumexp; epsilon solved in closed form on
 the piece between the atoms eps_0 (2l - k), then rounded up). No overflow for
 k up to 10^6 and eps_0 up to 700.
-Runtime: O(k) per delta or epsilon.
+Runtime: O(k) per delta or epsilon, so it applies to at most MAX_ENUMERATED events.
 """
 from __future__ import annotations
 
@@ -42,6 +42,9 @@ from dpstream.accounting.events import BoundedRange, Laplace, PureDP
 
 PURE_EVENTS = (PureDP, Laplace, BoundedRange)
 ULP = 2.0**-52
+MAX_ENUMERATED = 10**6
+"""Bounds that enumerate the k + 1 atoms of k-fold randomized response apply to at most this many events (8 MB of
+atoms); beyond it the accountant uses the bounds whose cost does not grow with k (basic, RDP, zCDP, MGF)."""
 
 
 def rr_log_probabilities(epsilon: float) -> tuple[float, float]:
@@ -99,6 +102,8 @@ def common_epsilon(composition: Composition) -> float | None:
 
 class KairouzOhViswanath(Bound):
     """k events that are each epsilon_0-DP with one common epsilon_0: the exact optimum (see the module docstring)."""
+
+    max_events = MAX_ENUMERATED
 
     name = "kairouz_oh_viswanath"
     reference = "Kairouz–Oh–Viswanath 2017, Thm 3.3 (optimal homogeneous pure-DP composition)"
