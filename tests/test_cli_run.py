@@ -99,8 +99,10 @@ def test_daily_runs_on_a_period_scope_each_get_a_fresh_budget(tmp_path, capsys):
     assert not (tmp_path / "out3").exists()
     assert cli.main(["budget", "history", "--ledger", ledger, "--scope", "test", "--json"]) == 0
     history = capsys.readouterr().out
-    assert [r["periods"][0]["start"] for r in __import__("json").loads(history)] == [
+    entries = __import__("json").loads(history)
+    assert [r["periods"][0]["start"] for r in entries if r["outcome"] == "published"] == [
         "2013-01-01T00:00:00Z", "2013-01-04T00:00:00Z"]
+    assert [r["outcome"] for r in entries if r["outcome"] != "published"] == ["refused"]  # recorded, not debited
 
     for path in (first, second):
         path.write_text(path.read_text().replace('scope = "test"', 'scope = "plain"'))

@@ -30,7 +30,7 @@ from dpstream.accounting.ledger import (
     PeriodsView,
     ScopeView,
 )
-from dpstream.accounting.text import duration_text
+from dpstream.accounting.text import duration_text, instant_text
 from dpstream.pipelines.config.times import duration_seconds  # the job file's duration grammar ("1d", "6h", ...)
 from dpstream.pipelines.run.errors import EXIT_ERROR, EXIT_REFUSED
 
@@ -96,9 +96,31 @@ def register(subparsers) -> None:
     )
     spend.set_defaults(handler=_spend)
 
-    history = actions.add_parser("history", parents=[common], help="list a scope's admitted releases")
+    history = actions.add_parser(
+        "history", parents=[common], help="list a scope's releases and runs with their outcomes",
+        description="List a scope's debits and runs, oldest first. A run's outcome is published (debited), "
+                    "running (it holds a lease), failed, expired (killed: its lease ran out), refused or released; "
+                    "only published runs and `budget spend` releases were debited.")
     history.add_argument("--json", action="store_true", help="print JSON")
     history.set_defaults(handler=_history)
+
+    release = actions.add_parser(
+        "release", parents=[common], help="end a dead run's lease on its monitors and output",
+        description="End the lease of a run that died without ending it (its monitors and output are then free; "
+                    "a killed run's lease also ends by itself after --lease-seconds). A running run's outputs were "
+                    "never published, so its monitors keep their state from before it. A published run whose "
+                    "monitors are still leased (a library pipeline that failed after its debit) needs --force, "
+                    "which is right only if that pipeline published nothing.")
+    target = release.add_mutually_exclusive_group(required=True)
+    target.add_argument("--run", type=int, metavar="N", help="the run whose lease ends (see `budget history`)")
+    target.add_argument("--monitor", metavar="NAME",
+                        help="a monitor held by a run of a dpstream from before runs were recorded")
+    release.add_argument("--force", action="store_true", help="release the monitors of a published run")
+    release.set_defaults(handler=_release)
+
+
+def _tell(message: str) -> None:
+    print(f"dpstream budget: {message}", file=sys.stderr)
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:
@@ -168,7 +190,7 @@ def parse_periods(text: str, seconds: int) -> Periods:
 @_reports(LedgerError)
 def _init(args: argparse.Namespace) -> int:
     unit_period = None if args.unit_period is None else parse_duration(args.unit_period)
-    with Ledger(args.ledger, create=True) as ledger:
+    with Ledger(args.ledger, create=True, on_wait=_tell) as ledger:
         view = ledger.init_scope(args.scope, args.epsilon, args.delta, args.filter, unit_period=unit_period)
     if view.unit_period is None:
         print(f"created scope {view.scope!r}: epsilon={view.epsilon:g}, delta={view.delta:g}; {view.rule}")
@@ -180,7 +202,7 @@ def _init(args: argparse.Namespace) -> int:
 
 @_reports(LedgerError)
 def _show(args: argparse.Namespace) -> int:
-    with Ledger(args.ledger) as ledger:
+    with Ledger(args.ledger, on_wait=_tell) as ledger:
         view = ledger.show(args.scope)
         periods = None if view.unit_period is None else ledger.period_states(args.scope)
     if args.json:
@@ -204,7 +226,12 @@ def _monitor_line(monitor: MonitorView) -> str:
     """One monitor of `show`: budget, instances admitted and the delta they used (FSRC), and its status."""
     status = "halted" if monitor.halted else "running"
     if monitor.checked_out is not None:
-        status += f", checked out by ledger release {monitor.checked_out}"
+        until = ("until its pipeline checks it in" if monitor.lease_until is None or math.isinf(monitor.lease_until)
+                 else f"until {instant_text(monitor.lease_until)}")
+        status += f", leased to run {monitor.checked_out} {until}"
+    if monitor.legacy_hold is not None:
+        status += (f", held by release {monitor.legacy_hold} of an older dpstream (`dpstream budget release "
+                   f"--monitor {monitor.name}` ends the hold)")
     used = ""
     if monitor.legacy is not None:
         used = f", {monitor.legacy}"
@@ -236,7 +263,7 @@ def _spend(args: argparse.Namespace) -> int:
     event = parse_event(args.event)
     if args.count > 1:
         event = SelfComposed(event, args.count)
-    with Ledger(args.ledger) as ledger:
+    with Ledger(args.ledger, on_wait=_tell) as ledger:
         periods = None
         if args.periods is not None:
             seconds = ledger.unit_period(args.scope)
@@ -251,13 +278,39 @@ def _spend(args: argparse.Namespace) -> int:
 
 @_reports(LedgerError)
 def _history(args: argparse.Namespace) -> int:
-    with Ledger(args.ledger) as ledger:
+    with Ledger(args.ledger, on_wait=_tell) as ledger:
         releases = ledger.history(args.scope)
-    if args.json:
-        print(json.dumps([release.to_dict() for release in releases], indent=2))
-        return 0
+        runs = ledger.runs_of(args.scope)
+    by_release = {run.release_id: run for run in runs if run.release_id is not None}
+    entries: list[tuple[str, dict, str]] = []  # (time, JSON, line)
+    events = json.dumps
     for release in releases:
-        charged = "" if release.periods is None else \
-            "  periods " + ", ".join(run.describe() for run in release.periods)
-        print(f"{release.release_id:>6}  {release.time}  {release.label}{charged}  {json.dumps(release.event.to_dict())}")
+        run = by_release.get(release.release_id)
+        source = "budget spend" if run is None else f"run {run.run_id}"
+        charged = "" if release.periods is None else "  periods " + ", ".join(p.describe() for p in release.periods)
+        line = (f"release {release.release_id:>5}  {release.time}  published ({source})  {release.label}{charged}  "
+                f"{events(release.event.to_dict())}")
+        entries.append((release.time, {**release.to_dict(), "outcome": "published",
+                                       "run": None if run is None else run.run_id}, line))
+    for run in runs:
+        if run.release_id is None:
+            reason = f": {run.reason}" if run.reason else ""
+            line = f"run {run.run_id:>9}  {run.time}  {run.status}{reason}  {run.label}  (not debited)"
+            entries.append((run.time, run.to_dict(), line))
+    entries.sort(key=lambda entry: entry[0])
+    if args.json:
+        print(json.dumps([entry for _, entry, _ in entries], indent=2))
+    else:
+        print("\n".join(line for _, _, line in entries))
+    return 0
+
+
+@_reports(LedgerError)
+def _release(args: argparse.Namespace) -> int:
+    with Ledger(args.ledger, on_wait=_tell) as ledger:
+        if args.run is not None:
+            message = ledger.release_run(args.scope, args.run, args.force)
+        else:
+            message = ledger.release_monitor(args.scope, args.monitor)
+    print(message)
     return 0

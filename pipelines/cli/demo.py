@@ -82,14 +82,13 @@ def run_demo(output_dir: str | None = None, beam_args=(), log=print) -> runner.R
         input=dataclasses.replace(job.input, path=str(data)),
         output=dataclasses.replace(job.output, path=str(output)),
     )
-    output.mkdir(parents=True, exist_ok=True)
-    ledger_file = output / DEMO_LEDGER
-    if ledger_file.exists():
-        ledger_file.unlink()  # each demo run starts from a full budget
+    ledger_file = output.parent / f"{output.name}-{DEMO_LEDGER}"  # beside the output, which a run replaces whole
+    for stale in (ledger_file, *(ledger_file.with_name(ledger_file.name + s) for s in ("-wal", "-shm"))):
+        stale.unlink(missing_ok=True)  # each demo run starts from a full budget
     url = f"sqlite:///{ledger_file}"
     with Ledger(url, create=True) as ledger:
         # The approx filter prices a release at a delta share; one run of this job may use the whole delta.
         ledger.init_scope(job.privacy.scope, job.privacy.epsilon, job.privacy.delta,
                           f"approx:release_delta={job.privacy.delta!r}")
     log(f"demo ledger {ledger_file}: scope {job.privacy.scope!r} with epsilon={job.privacy.epsilon:g}, delta={job.privacy.delta:g}")
-    return runner.run(job, str(output), url, beam_args, log=log)
+    return runner.run(job, str(output), url, beam_args, log=log, overwrite=True)

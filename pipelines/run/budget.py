@@ -17,18 +17,24 @@ transforms, and debits its ledger scope, with the same lifecycle as `dpstream ru
     ...                                          # the user's own sinks
     budget.run(pipeline)                         # debit the scope, then run the pipeline
 
-Lifecycle (DESIGN.md §1, §6): the noise of every release is planned from public values when the budget is
-made (`planning.plan_job`; nothing is read); the transforms are built from that plan; `debit` charges the scope
-once, atomically, with the composition of the plan's events (svt monitors already open on the scope are
-continued, not charged again: `JobPlan.events`), and only then does the pipeline run. A refusal raises
-`RunError` with exit code EXIT_REFUSED before anything runs. A failure after the debit keeps it: the data may
-have been touched, so refunding would depend on it.
+Lifecycle (DESIGN.md §1, §6; proof: docs/proofs/pipelines.run.budget.Budget.md): the noise of every release
+is planned from public values when the budget is made (`planning.plan_job`; nothing is read); the transforms
+are built from that plan. A run is a transaction on the ledger:
+- `admit` opens a run (`Ledger.open_run`): the scope's filter must admit the plan's events (svt monitors
+  already open on the scope are continued, not charged again: `JobPlan.events`), else RunError EXIT_REFUSED
+  before anything is read; the run leases its monitors and output; nothing is debited;
+- the pipeline runs into staging (`dpstream run`; `LeaseKeeper` renews the lease meanwhile);
+- `preview` then `commit` debit the scope once, atomically, when the outputs are complete, immediately before
+  they are published; `abandon` ends a run that failed, debiting nothing; a killed run's lease expires.
+Charging only published runs is sound because nothing a run computed is observable before its publication
+(staged files are owner-only and removed on failure) and the plan's events are fixed before it starts.
+`run(pipeline)`, for a pipeline whose own sinks publish as it runs, debits before running instead (`debit`).
 
 svt monitors continue across runs (`dpstream.pipelines.mechanisms.monitor`): their sealed ledger records are
 read when the budget first needs them (before the graph is built, since the monitor's state is part of it),
-checked out by the debit (`Ledger.spend_and_check_out`, which fails if a record changed since it was read),
-written by the pipeline to `state_dir` (owner-only files, or beside an output URL on a cluster), and checked
-back in by `check_in`.
+leased by `admit` (which fails if a record changed since it was read), written by the pipeline to `state_dir`
+(owner-only files, or beside an output URL on a cluster), and stored by `commit` (or `check_in`). A run that
+fails or is killed returns them unchanged: its answers were never published.
 
 Period scopes (`dpstream budget init --unit-period P`) hold a budget per absolute period [k P, (k+1) P): a budget
 with `unit_period` = P is charged to every period its windows overlap (`scope_periods`); proof:
@@ -39,19 +45,24 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import tempfile
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from fractions import Fraction
 from functools import cached_property
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import apache_beam as beam
 
 from dpstream.accounting.events import Composed, Event
 from dpstream.accounting.ledger import (
+    DEFAULT_LEASE_SECONDS,
+    PUBLISHED,
     Ledger,
+    LedgerConflict,
     LedgerError,
     MonitorRecord,
     Periods,
@@ -59,7 +70,7 @@ from dpstream.accounting.ledger import (
     on_period_boundary,
     resolve_url,
 )
-from dpstream.accounting.text import duration_text, instant_text
+from dpstream.accounting.text import duration_text, first_line, instant_text
 from dpstream.connectors.files import is_local, join, read_bytes, remove_file, remove_tree, write_bytes
 from dpstream.pipelines.config.specs import ContributionBounds, ReleaseSpec, WindowSpec
 from dpstream.pipelines.mechanisms.monitor import SparseVectorMonitor
@@ -70,16 +81,34 @@ from dpstream.pipelines.transforms.svt import STATE
 from dpstream.pipelines.transforms.windowing import iso
 
 MonitorRecords = dict[str, MonitorRecord | None]
+MonitorStates = dict[str, tuple[MonitorRecord, bool]]  # name -> (sealed record after a run, halted)
+
+
+@dataclass(frozen=True)
+class Admission:
+    """A run the ledger admitted (`Budget.admit`): it holds its leases, nothing is debited yet. The run id, its
+    label, the event its publication debits, the periods charged (period scopes) and a note for the log."""
+
+    ledger: str
+    scope: str
+    run_id: int
+    label: str
+    message: str
+    event: Event
+    periods: Periods | None
+    note: str | None
 
 
 @dataclass(frozen=True)
 class Debit:
-    """What the ledger admitted: where, the release id, its label and events, the scope's public view after it,
-    the periods charged (period scopes) and a note for the log."""
+    """What the ledger debited for a run, or will debit when it publishes (`Budget.preview`; release_id None):
+    where, the run and release ids, its label and events, the scope's public view after it, the periods charged
+    (period scopes) and a note for the log."""
 
     ledger: str
     scope: str
-    release_id: int
+    run_id: int
+    release_id: int | None
     label: str
     message: str
     event: Event
@@ -97,7 +126,8 @@ class Budget:
     `seed`: tests only (fixes every noise draw and sampling key); `shards`: user shards per window in
     bounding; `state_dir`: a directory (local or a URL the workers can write) in which the budget makes a
     private subdirectory for svt monitor states, removed by `close` (default: a private local temporary one);
-    `source`: what error messages name (the job file).
+    `source`: what error messages name (the job file); `lease_seconds`: how long a run holds its leases on
+    monitors and its output without renewing them (a killed run frees them after this long).
     Raises RunError when the releases cannot be planned.
     """
 
@@ -116,11 +146,13 @@ class Budget:
         shards: int = 1,
         state_dir: str | None = None,
         source: str = "dpstream",
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
     ) -> None:
         self.scope, self.epsilon, self.delta, self.unit_period = scope, epsilon, delta, unit_period
         self.bounds, self.window, self.releases = bounds, window, tuple(releases)
         self.url = resolve_url(ledger)
         self.seed, self.shards, self.source = seed, shards, source
+        self.lease_seconds = lease_seconds
         self._state_base: str | None = state_dir
         self._state_dir: str | None = None
         try:
@@ -154,58 +186,113 @@ class Budget:
 
     # -- lifecycle ---------------------------------------------------------------------------------------
 
-    def debit(self, label: str | None = None) -> Debit:
-        """Charge the scope once with the plan's events (new monitors included, continued ones not) and check
-        the monitors out. RunError: scope missing, ledger unusable, or the debit refused (EXIT_REFUSED)."""
+    def admit(self, label: str | None = None, output: str | None = None) -> Admission:
+        """Open a run on the scope (`Ledger.open_run`): the filter must admit the plan's events now (else
+        RunError with EXIT_REFUSED), and the run leases its svt monitors and `output` (a location only one run
+        may publish into at a time). Nothing is debited: `commit` debits when the outputs are complete.
+        RunError (exit 2): scope missing, ledger unusable, a monitor or the output leased to another run."""
         records = self.monitor_records
         continued = frozenset(name for name, record in records.items() if record is not None)
         event = Composed(tuple(self.plan.events(continued)))
         monitors = {m.name: (m.epsilon, m.delta, records[m.name]) for m in self.plan.monitors()}
         label = label or (f"dpstream at {datetime.now(timezone.utc).isoformat(timespec='seconds')}: "
                           + ", ".join(r.name for r in self.releases))
-        try:
-            with Ledger(self.url) as ledger:
-                try:
-                    view = ledger.show(self.scope)
-                except LedgerError as err:
-                    raise RunError(f"budget scope {self.scope!r} is not in ledger {ledger.display_url}; "
-                                   f"{self._create_hint()}") from err
-                periods, note = self.scope_periods(view.unit_period)
-                if monitors:
-                    result = ledger.spend_and_check_out(self.scope, event, label, monitors)
-                else:
-                    result = ledger.spend(self.scope, event, label, periods)
-                after = ledger.show(self.scope)
-                display_url = ledger.display_url
-        except LedgerError as err:
-            raise RunError(f"{err}; {self._create_hint()}" if "budget init" not in str(err) else str(err)) from err
-        if not result.admitted or result.release_id is None:
-            raise RunError(f"{result.message}; nothing was read or written", EXIT_REFUSED)
-        return Debit(display_url, self.scope, result.release_id, label, result.message, event, after, periods, note)
+        with self._ledger("nothing was debited") as ledger:
+            try:
+                view = ledger.show(self.scope)
+            except LedgerError as err:
+                if "unknown scope" not in str(err):
+                    raise
+                raise RunError(f"budget scope {self.scope!r} is not in ledger {ledger.display_url}; "
+                               f"{self._create_hint()}") from err
+            periods, note = self.scope_periods(view.unit_period)
+            ticket = ledger.open_run(self.scope, event, label, periods=periods, monitors=monitors, output=output,
+                                     lease_seconds=self.lease_seconds)
+            display_url = ledger.display_url
+        if not ticket.admitted or ticket.run_id is None:
+            raise RunError(ticket.message, EXIT_REFUSED)
+        return Admission(display_url, self.scope, ticket.run_id, label, ticket.message, event, periods, note)
 
-    def check_in(self, debit: Debit) -> None:
-        """Store each monitor's state, sealed by the pipeline, back in the ledger, ending its checkout."""
+    def renew(self, admission: Admission) -> None:
+        """Extend the run's leases (`LeaseKeeper` calls this while the pipeline runs)."""
+        with self._ledger("the run's lease was not renewed") as ledger:
+            ledger.renew_run(admission.run_id, self.lease_seconds)
+
+    def sealed_states(self) -> MonitorStates:
+        """Each monitor's record as the finished pipeline sealed it (read from, then removed from, state_dir)."""
         next_start = self.window.start + self.window.count * self.window.step
+        out: MonitorStates = {}
         for planned in self.plan.monitors():
             path = self._state_path(planned.name)
             state = json.loads(read_bytes(path))
             remove_file(path)
-            try:
-                with Ledger(self.url) as ledger:
-                    ledger.check_in_monitor(self.scope, planned.name, debit.release_id,
-                                            MonitorRecord(state, next_start), state["halt_reason"] is not None)
-            except LedgerError as err:
-                raise RunError(f"{err}; the releases were written, the monitor stays checked out") from err
+            out[planned.name] = (MonitorRecord(state, next_start), state["halt_reason"] is not None)
+        return out
+
+    def preview(self, admission: Admission, states: MonitorStates | None) -> tuple[Debit, str]:
+        """The debit `commit` would make now, with the scope's view after it, and a token of the scope's state
+        (written into the report before the commit). RunError EXIT_REFUSED when it would be refused."""
+        with self._ledger("nothing was debited") as ledger:
+            after, token = ledger.preview_run(admission.run_id, states)
+        if after is None:
+            raise RunError(f"refused: scope {self.scope!r} no longer admits run {admission.run_id} (other releases "
+                           f"spent its budget since the run started); nothing was published or debited", EXIT_REFUSED)
+        return self._debit(admission, None, admission.message, after), token
+
+    def commit(self, admission: Admission, states: MonitorStates | None, expect: str | None = None) -> Debit:
+        """Debit the run, storing the monitors' sealed `states` (None: they stay leased until `check_in`).
+        `expect`: the token of `preview` (LedgerConflict, nothing written, when the scope changed since).
+        RunError EXIT_REFUSED when the filter no longer admits the run."""
+        with self._ledger("nothing was debited", conflicts=True) as ledger:
+            result = ledger.commit_run(admission.run_id, states, expect)
+            after = ledger.show(self.scope)
+        if not result.admitted or result.release_id is None:
+            raise RunError(result.message, EXIT_REFUSED)
+        return self._debit(admission, result.release_id, result.message, after)
+
+    def abandon(self, admission: Admission, reason: str) -> None:
+        """End the run unpublished (outcome failed): nothing is debited and its leases end."""
+        with self._ledger("its leases run out by themselves") as ledger:
+            ledger.end_run(admission.run_id, reason)
+
+    def was_published(self, report: dict[str, Any]) -> bool:
+        """Whether the run a report.json describes was debited on this budget's scope and ledger (a staged report
+        of a run killed between its debit and its publication)."""
+        budget = report.get("budget") or {}
+        if budget.get("scope") != self.scope or not isinstance(budget.get("run_id"), int):
+            return False
+        with self._ledger("a staged run's outcome is unknown, so it was neither published nor removed") as ledger:
+            if budget.get("ledger") != ledger.display_url:
+                return False
+            return ledger.run(budget["run_id"]).status == PUBLISHED
+
+    def debit(self, label: str | None = None) -> Debit:
+        """Admit and debit at once, keeping the monitors leased until `check_in`: for a pipeline whose own sinks
+        publish as it runs, which must pay before it runs. RunError as `admit` and `commit`."""
+        admission = self.admit(label)
+        return self.commit(admission, None)
+
+    def check_in(self, debit: Debit) -> None:
+        """Store each monitor's state, sealed by the pipeline, in the ledger, ending the run's lease on it."""
+        if not self.plan.monitors():
+            return
+        states = self.sealed_states()
+        with self._ledger("the releases were written, the monitors stay leased to the run") as ledger:
+            ledger.check_in_monitors(debit.run_id, states)
 
     def run(self, pipeline: beam.Pipeline, label: str | None = None) -> Debit:
-        """Debit, run `pipeline` to the end, check the monitors in; the state directory is removed after."""
+        """Debit, run `pipeline` to the end, check the monitors in; the state directory is removed after.
+
+        The pipeline's own sinks publish as it runs, so the debit comes first and stands if it fails; its
+        monitors then stay leased until an operator who knows nothing was published releases them
+        (`dpstream budget release --force`). `dpstream run` stages its outputs and debits only at publication."""
         try:
             debit = self.debit(label)
             try:
                 pipeline.run().wait_until_finish()
             except Exception as err:
-                raise RunError(f"pipeline failed: {type(err).__name__}: {err}; the debit (ledger release id "
-                               f"{debit.release_id}) stands") from err
+                raise RunError(f"pipeline failed: {type(err).__name__}: {first_line(err)}; the debit (ledger run "
+                               f"{debit.run_id}) stands, since the pipeline's sinks may have published") from err
             self.check_in(debit)
             return debit
         finally:
@@ -217,6 +304,22 @@ class Budget:
             remove_tree(self._state_dir)
             self._state_dir = None
 
+    def _debit(self, admission: Admission, release_id: int | None, message: str, after: ScopeView) -> Debit:
+        return Debit(admission.ledger, self.scope, admission.run_id, release_id, admission.label, message,
+                     admission.event, after, admission.periods, admission.note)
+
+    @contextmanager
+    def _ledger(self, consequence: str, conflicts: bool = False) -> Iterator[Ledger]:
+        """The ledger, with its errors as RunError (`consequence`: what a failure means for the run).
+        `conflicts`: let LedgerConflict through (the caller previews again)."""
+        try:
+            with Ledger(self.url, on_wait=_tell) as ledger:
+                yield ledger
+        except LedgerError as err:
+            if conflicts and isinstance(err, LedgerConflict):
+                raise
+            raise RunError(f"{err}; {consequence}") from err
+
     # -- monitors and periods ----------------------------------------------------------------------------
 
     @cached_property
@@ -226,12 +329,9 @@ class Budget:
         records: MonitorRecords = {}
         if not self.plan.monitors():
             return records
-        try:
-            with Ledger(self.url) as ledger:
-                for planned in self.plan.monitors():
-                    records[planned.name] = ledger.monitor_record(self.scope, planned.name)
-        except LedgerError as err:
-            raise RunError(f"{err}; nothing was debited") from err
+        with self._ledger("nothing was debited") as ledger:
+            for planned in self.plan.monitors():
+                records[planned.name] = ledger.monitor_record(self.scope, planned.name)
         for planned in self.plan.monitors():
             record = records[planned.name]
             if record is not None:
@@ -240,9 +340,6 @@ class Budget:
 
     def _check_continuation(self, planned: SvtPlan, record: MonitorRecord) -> None:
         where = f"{self.source}: release {planned.name!r}"
-        if record.checked_out is not None:
-            raise RunError(f"{where}: the monitor is checked out by the run of ledger release {record.checked_out} "
-                           f"(still running, or failed); nothing was debited")
         if not record.state or record.next_start is None:
             raise RunError(f"{where}: monitor {planned.name!r} on scope {self.scope!r} is not an svt release "
                            f"monitor; choose another release name")
@@ -319,6 +416,11 @@ class Budget:
         return (f"create it with `dpstream budget init --ledger {self.url} --scope {self.scope} --epsilon EPSILON "
                 f"--delta DELTA --filter approx:release_delta={self.delta!r}{per_period}` (one run of this job spends "
                 f"epsilon={self.epsilon:g}, delta={self.delta:g}" + (" per period)" if per_period else ")"))
+
+
+def _tell(message: str) -> None:
+    """A note on stderr while the run waits (a ledger lock)."""
+    print(f"dpstream: {message}", file=sys.stderr)
 
 
 class _WriteState(beam.PTransform):

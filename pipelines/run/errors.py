@@ -1,14 +1,16 @@
-"""Why a run stopped, and the exit codes `dpstream` returns for it (documented in `dpstream run --help`)."""
+"""Why a run stopped, and the exit codes `dpstream` returns for it (documented in `dpstream --help`)."""
 from __future__ import annotations
 
 EXIT_OK = 0
-EXIT_ERROR = 2  # bad job file, input, ledger or pipeline
-EXIT_REFUSED = 3  # the budget scope refused the debit: nothing was read or written
+EXIT_ERROR = 2  # bad job file, input, output, runner options or ledger: nothing was published or debited
+EXIT_REFUSED = 3  # the budget scope refused the run: nothing was read, published or debited
 EXIT_PARTIAL = 4  # a streaming run stopped at --max-seconds before every window of its range was released
+EXIT_INTERNAL = 5  # an unexpected error (a bug or a runner failure); `--debug` shows the traceback
+EXIT_INTERRUPTED = 130  # Ctrl-C: the run ended unpublished
 
 
 class RunError(Exception):
-    """The run stopped; `exit_code` is EXIT_ERROR (bad input, before or after the debit) or EXIT_REFUSED."""
+    """The run stopped; `exit_code` is one of the EXIT_ codes above."""
 
     def __init__(self, message: str, exit_code: int = EXIT_ERROR) -> None:
         super().__init__(message)

@@ -1,31 +1,33 @@
-"""Run a job file: validate -> plan -> check -> build -> debit the ledger once -> run -> write releases -> report.
+"""Run a job file as one transaction: check -> admit -> compute into staging -> debit -> publish.
 
 The job runner is a client of the library API (`dpstream.pipelines.run.budget.Budget`): the job file parses
-into the same typed specs, and the budget plans, builds the private transforms, debits and checks monitors in.
-Order matters for privacy (DESIGN.md §1, §6):
-1. the job file is validated and every noise scale is planned from public values only (`Budget`, from
-   `planning.plan_job`);
-2. input files and headers are checked, the output directory is checked for write access; no event is read;
-3. the pipeline is built (reading nothing): events -> the budget's transforms -> one file per release;
-4. the scope is debited once, atomically, with the composition of every event of the plan (`Budget.debit`); a
-   refusal ends the run here (exit 3) with nothing read and nothing written;
-5. the pipeline reads, bounds, aggregates and adds noise; each release is collected and written as one file. A
+into the same typed specs, and the budget plans, builds the private transforms and talks to the ledger.
+Order matters for privacy and for the budget (DESIGN.md §1, §6; docs/proofs/pipelines.run.budget.Budget.md):
+1. everything that needs no private data is checked first: the job file, and every noise scale planned from
+   public values only (`Budget`, from `planning.plan_job`); input files and headers; the runner and its options
+   (`preflight`); the output directory (`Publication`: not a published run unless --overwrite, not in use by
+   another run, writable);
+2. the pipeline is built (reading nothing): events -> the budget's transforms -> one file per release, all in a
+   private staging directory;
+3. the ledger admits the run (`Budget.admit`): its filter must admit the plan's events (exit 3, nothing read),
+   and the run leases its svt monitors and the output; nothing is debited;
+4. the pipeline reads, bounds, aggregates and adds noise into staging, while `LeaseKeeper` renews the lease. A
    streaming job (Pub/Sub input) writes each window's rows when the window is released and ends once every
    window of its declared range has been released, or at `max_seconds` (partial; the outcome says which windows
    are pending), then merges them into one file per release (`pipelines.run.streaming`);
-6. svt monitors are checked back in (`Budget.check_in`) and the report is built from the plan, the accountant's
-   explanation and the debit (`pipelines.report.document`).
-Every file goes through Beam's FileSystems (`connectors.files`), so the output path may be any URL the workers'
-Beam installation can write; svt monitor states then go beside the output (workers on a cluster cannot reach
-the submitting machine's disk). A failure after step 4 (a bad row, a runner error) keeps the debit: the data may
-have been touched, so refunding would depend on it. Nothing is released.
+5. the reports are written into staging with the debit the ledger previews; the scope is debited once,
+   atomically, with the composition of every event of the plan, storing the monitors' sealed states
+   (`Budget.commit`); then the staging directory is published (`Publication.publish`).
+A failure or interrupt before step 5's commit ends the run unpublished (`Budget.abandon`): no debit, no output,
+monitors unchanged; a killed run's lease expires. Every file goes through Beam's FileSystems (`connectors.files`),
+so the output path may be any URL the workers' Beam installation can write; svt monitor states then go beside
+the output (workers on a cluster cannot reach the submitting machine's disk).
 Period scopes and svt continuation: see `Budget`.
 """
 from __future__ import annotations
 
 import os
 import time
-import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Sequence
@@ -34,20 +36,26 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.transforms.window import GlobalWindows
 
+from dpstream.accounting.ledger import DEFAULT_LEASE_SECONDS, LedgerConflict
 from dpstream.accounting.text import first_line
 from dpstream.connectors.beam_io import ReadEvents
 from dpstream.connectors.errors import InputError
-from dpstream.connectors.files import is_local, join, remove_file, remove_tree, write_bytes
+from dpstream.connectors.files import is_local, join, remove_tree
 from dpstream.connectors.readers import check_input
 from dpstream.connectors.writers import release_path, write_rows
 from dpstream.pipelines.config.jobfile import PUBSUB, Job
 from dpstream.pipelines.planning import JobPlan
 from dpstream.pipelines.report import document as report
 from dpstream.pipelines.run import streaming as streaming_io
-from dpstream.pipelines.run.budget import Budget, Debit
-from dpstream.pipelines.run.errors import EXIT_ERROR, EXIT_OK, EXIT_REFUSED, RunError
+from dpstream.pipelines.run.budget import Admission, Budget, Debit
+from dpstream.pipelines.run.errors import EXIT_ERROR, EXIT_INTERNAL, EXIT_OK, EXIT_REFUSED, RunError
+from dpstream.pipelines.run.lease import LeaseKeeper
+from dpstream.pipelines.run.preflight import check_runner
+from dpstream.pipelines.run.publication import Publication
 
-__all__ = ["EXIT_ERROR", "EXIT_OK", "EXIT_REFUSED", "RunError", "RunOutcome", "budget", "plan", "run", "validate"]
+_COMMIT_ATTEMPTS = 5
+
+__all__ = ["EXIT_ERROR", "EXIT_INTERNAL", "EXIT_OK", "EXIT_REFUSED", "RunError", "RunOutcome", "budget", "plan", "run", "validate"]
 
 
 @dataclass(frozen=True)
@@ -58,12 +66,14 @@ class RunOutcome:
     pending: dict[str, int] = field(default_factory=dict)  # streaming, stopped at max_seconds: windows not released
 
 
-def budget(job: Job, ledger_url: str | None = None, state_dir: str | None = None) -> Budget:
+def budget(job: Job, ledger_url: str | None = None, state_dir: str | None = None,
+           lease_seconds: float = DEFAULT_LEASE_SECONDS) -> Budget:
     """The job's budget (its plan made; the ledger not touched yet); a planning error names the job file."""
     privacy = job.privacy
     return Budget(scope=privacy.scope, epsilon=privacy.epsilon, delta=privacy.delta, bounds=privacy.bounds,
                   window=job.window, releases=job.releases, ledger=ledger_url or privacy.ledger,
-                  unit_period=privacy.unit_period, seed=job.beam.seed, state_dir=state_dir, source=job.source)
+                  unit_period=privacy.unit_period, seed=job.beam.seed, state_dir=state_dir, source=job.source,
+                  lease_seconds=lease_seconds)
 
 
 def plan(job: Job) -> JobPlan:
@@ -101,100 +111,113 @@ def run(
     beam_args: Sequence[str] = (),
     log=print,
     max_seconds: float | None = None,
+    overwrite: bool = False,
+    lease_seconds: float = DEFAULT_LEASE_SECONDS,
 ) -> RunOutcome:
-    """Run the job end to end (see the module docstring); raises RunError with the exit code.
+    """Run the job end to end as one transaction (see the module docstring); raises RunError with the exit code.
 
-    `max_seconds` (streaming jobs only): stop the pipeline after this long even
-    if windows of the range are still to be released; the outcome's `pending`
-    counts them per release.
+    `max_seconds` (streaming jobs only): stop the pipeline after this long even if windows of the range are
+    still to be released; the outcome's `pending` counts them per release. `overwrite`: replace a run published
+    in the output directory. `lease_seconds`: how long a killed run keeps its monitors and output leased.
     """
     started = time.perf_counter()
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     timings: dict[str, float] = {}
     validate(job)
-    timings["plan_s"] = time.perf_counter() - started
     streaming = job.input.format == PUBSUB
     if max_seconds is not None and not (streaming and max_seconds > 0):
         raise RunError(f"{job.source}: max_seconds must be a positive number of seconds and applies to streaming "
                        f"(input.format = {PUBSUB!r}) jobs only, got {max_seconds!r} for input.format {job.input.format!r}")
     output_dir = output_dir or job.output.path
     output_dir = os.path.abspath(output_dir) if is_local(output_dir) else output_dir
-    _check_output(output_dir)
     options = beam_options(job, beam_args)
-    files = {spec.name: release_path(output_dir, spec.name, job.output.format) for spec in job.releases}
-    parts = {spec.name: join(output_dir, streaming_io.PARTS_DIR, spec.name) for spec in job.releases} if streaming else None
-    job_budget = budget(job, ledger_url, state_dir=None if is_local(output_dir) else output_dir)
-    job_plan = job_budget.plan
-    try:
+    check_runner(options)
+    timings["plan_s"] = time.perf_counter() - started
+    job_budget = budget(job, ledger_url, state_dir=None if is_local(output_dir) else output_dir,
+                        lease_seconds=lease_seconds)
+    with Publication(output_dir, overwrite, job_budget.was_published, log) as publication:
+        files = {spec.name: release_path(publication.staging, spec.name, job.output.format) for spec in job.releases}
+        parts = ({spec.name: join(publication.staging, streaming_io.PARTS_DIR, spec.name) for spec in job.releases}
+                 if streaming else None)
         try:
             pipeline = _build_pipeline(job, job_budget, options, files, parts)
         except (ValueError, TypeError) as err:
-            raise RunError(f"{job.source}: cannot build the pipeline: {err}; nothing was debited") from err
-
-        tick = time.perf_counter()
+            raise RunError(f"{job.source}: cannot build the pipeline: {first_line(err)}; nothing was debited") from err
         label = f"job {job.name} ({job.source}) at {started_at}: " + ", ".join(r.name for r in job.releases)
-        debit = job_budget.debit(label)
-        timings["debit_s"] = time.perf_counter() - tick
+        try:
+            tick = time.perf_counter()
+            admission = job_budget.admit(label, output=output_dir)
+            timings["admit_s"] = time.perf_counter() - tick
+            log(admission.message)
+            if admission.note:
+                log(admission.note)
+            try:
+                tick = time.perf_counter()
+                with LeaseKeeper(job_budget, admission):
+                    pending = _compute(job, job_budget, pipeline, files, parts, max_seconds, publication)
+                    states = job_budget.sealed_states()
+                timings["pipeline_s"] = time.perf_counter() - tick
+                debit, written = _commit(job, job_budget, admission, states, options, beam_args, files, started_at,
+                                         timings, pending, publication, started)
+            except BaseException as err:
+                reason = f"interrupted ({type(err).__name__})" if not isinstance(err, Exception) else first_line(err)
+                _abandon(job_budget, admission, reason, log)
+                if isinstance(err, RunError):
+                    raise
+                if isinstance(err, Exception):
+                    raise _pipeline_error(err) from err
+                raise
+        finally:
+            job_budget.close()
         log(debit.message)
-        if debit.note:
-            log(debit.note)
-
-        tick = time.perf_counter()
-        if is_local(output_dir):
-            os.makedirs(output_dir, exist_ok=True)
-        if parts is not None:
-            expected = {spec.name: streaming_io.emissions(job_plan[spec.name], job.window) for spec in job.releases}
-            stream = _run_streaming(pipeline, debit, parts, expected, max_seconds, output_dir)
-            pending = _merge_streamed(stream, parts, files, job.output.format, output_dir)
-        else:
-            _run_pipeline(pipeline, debit)
-            pending = {}
-        job_budget.check_in(debit)
-        timings["pipeline_s"] = time.perf_counter() - tick
-    finally:
-        job_budget.close()
-
-    tick = time.perf_counter()
-    context = report.RunContext(
-        job=job,
-        plan=job_plan,
-        runner=options.view_as(StandardOptions).runner,
-        beam_args=tuple(beam_args),
-        debit=debit,
-        files=files,
-        started_at=started_at,
-        timings=timings,
-        pending=pending,
-    )
-    written = report.write_reports(context, output_dir, started)
-    return RunOutcome(output_dir, written, files, pending)
+        publication.publish()
+    final_files = {name: publication.final(path) for name, path in files.items()}
+    return RunOutcome(output_dir, written, final_files, pending)
 
 
-def _check_output(output_dir: str) -> None:
-    """Before the debit: a local directory must be writable; a URL must have a Beam filesystem that takes a file."""
-    if is_local(output_dir):
-        _check_writable(output_dir)
-        return
+def _compute(job: Job, job_budget: Budget, pipeline: beam.Pipeline, files: dict[str, str],
+             parts: dict[str, str] | None, max_seconds: float | None, publication: Publication) -> dict[str, int]:
+    """Run the pipeline into the staging directory; the windows still pending (streaming at max_seconds)."""
+    if parts is None:
+        pipeline.run().wait_until_finish()
+        return {}
+    expected = {spec.name: streaming_io.emissions(job_budget.plan[spec.name], job.window) for spec in job.releases}
+    stream = streaming_io.run_until_released(pipeline, parts, expected, max_seconds)
+    for name, directory in parts.items():
+        streaming_io.merge_parts(directory, stream.released[name], files[name], job.output.format)
+    remove_tree(join(publication.staging, streaming_io.PARTS_DIR))
+    return stream.pending()
+
+
+def _commit(job: Job, job_budget: Budget, admission: Admission, states, options: PipelineOptions,
+            beam_args: Sequence[str], files: dict[str, str], started_at: str, timings: dict[str, float],
+            pending: dict[str, int], publication: Publication, started: float) -> tuple[Debit, dict[str, Any]]:
+    """Write the reports into staging with the debit the ledger previews, then commit that very debit (again,
+    with a fresh report, when another release changed the scope in between)."""
+    for _ in range(_COMMIT_ATTEMPTS):
+        preview, token = job_budget.preview(admission, states)
+        context = report.RunContext(job=job, plan=job_budget.plan, runner=options.view_as(StandardOptions).runner,
+                                    beam_args=tuple(beam_args), debit=preview, files=files, started_at=started_at,
+                                    timings=timings, pending=pending)
+        try:
+            written = report.write_reports(context, publication.staging, started)
+        except OSError as err:
+            raise RunError(f"cannot write the report into {publication.staging}: {err.strerror or err}; nothing "
+                           f"was published or debited") from err
+        try:
+            return job_budget.commit(admission, states, token), written
+        except LedgerConflict:
+            continue
+    raise RunError(f"scope {job_budget.scope!r} kept changing while run {admission.run_id} tried to publish "
+                   f"({_COMMIT_ATTEMPTS} attempts); nothing was published or debited")
+
+
+def _abandon(job_budget: Budget, admission: Admission, reason: str, log) -> None:
+    """End the run unpublished; a ledger that cannot be reached lets its lease run out instead."""
     try:
-        probe = join(output_dir, f".dpstream-write-check-{uuid.uuid4().hex}")
-        write_bytes(probe, b"")
-        remove_file(probe)
-    except Exception as err:  # Beam raises ValueError (no filesystem for the scheme) or BeamIOError / OSError
-        raise RunError(f"output directory {output_dir}: cannot write there: {first_line(err)}; nothing was debited") from err
-
-
-
-def _check_writable(output_dir: str) -> None:
-    existing = output_dir
-    while not os.path.exists(existing):
-        existing = os.path.dirname(existing)
-    if not os.path.isdir(existing) or not os.access(existing, os.W_OK | os.X_OK):
-        raise RunError(f"output directory {output_dir}: {existing} is not a writable directory")
-
-
-
-
-
+        job_budget.abandon(admission, reason)
+    except RunError as err:
+        log(f"note: could not record the run's failure ({err})")
 
 
 def _build_pipeline(job: Job, job_budget: Budget, options: PipelineOptions, files: dict[str, str],
@@ -225,37 +248,13 @@ def _build_pipeline(job: Job, job_budget: Budget, options: PipelineOptions, file
     return pipeline
 
 
-def _run_pipeline(pipeline: beam.Pipeline, debit: Debit) -> None:
-    try:
-        pipeline.run().wait_until_finish()
-    except Exception as err:  # the runner wraps worker errors; recover the input error when there is one
-        raise _pipeline_error(err, debit, "nothing was released") from err
-
-
-def _run_streaming(pipeline: beam.Pipeline, debit: Debit, parts: dict[str, str], expected: dict[str, tuple[int, ...]],
-                   max_seconds: float | None, output_dir: str) -> streaming_io.StreamingOutcome:
-    try:
-        return streaming_io.run_until_released(pipeline, parts, expected, max_seconds)
-    except Exception as err:
-        released = f"windows released before the failure stay in {join(output_dir, streaming_io.PARTS_DIR)}"
-        raise _pipeline_error(err, debit, released) from err
-
-
-def _pipeline_error(err: Exception, debit: Debit, released: str) -> RunError:
+def _pipeline_error(err: Exception) -> RunError:
+    """One line for a failed computation: the input error inside the runner's wrapping when there is one."""
     cause = _input_error(err)
-    stands = f"the debit (ledger release id {debit.release_id}) stands; {released}"
+    consequence = "nothing was published or debited"
     if cause is not None:
-        return RunError(f"{cause}; {stands}")
-    return RunError(f"pipeline failed: {type(err).__name__}: {first_line(err)}; {stands}")
-
-
-def _merge_streamed(stream: streaming_io.StreamingOutcome, parts: dict[str, str], files: dict[str, str], fmt: str,
-                    output_dir: str) -> dict[str, int]:
-    """Merge each release's window files into its release file, remove them; returns the pending windows."""
-    for name, directory in parts.items():
-        streaming_io.merge_parts(directory, stream.released[name], files[name], fmt)
-    remove_tree(join(output_dir, streaming_io.PARTS_DIR))
-    return stream.pending()
+        return RunError(f"{cause}; {consequence}")
+    return RunError(f"pipeline failed: {type(err).__name__}: {first_line(err)}; {consequence}", EXIT_INTERNAL)
 
 
 def _input_error(err: BaseException) -> InputError | None:

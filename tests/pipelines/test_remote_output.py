@@ -53,7 +53,7 @@ def test_output_urls_are_kept_and_unknown_schemes_fail_before_the_debit(tmp_path
     ledger = f"sqlite:///{tmp_path / 'ledger.db'}"
     with Ledger(ledger, create=True) as book:
         book.init_scope("test", 40.0, 1e-5, "approx:release_delta=1e-6")
-    with pytest.raises(runner.RunError, match=r"output directory nosuch://b/x: cannot write there: .*nothing was debited"):
+    with pytest.raises(runner.RunError, match=r"output directory nosuch://b/x: cannot list it: .*nothing was debited"):
         runner.run(job, ledger_url=ledger, log=lambda _: None)
     with pytest.raises(runner.RunError, match=r"max_seconds .* applies to streaming \(input.format = 'pubsub'\) jobs "
                                               r"only, got 5 for input.format 'csv'"):

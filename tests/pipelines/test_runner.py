@@ -102,8 +102,8 @@ def test_report_json_keys_and_values(finished):
     assert report["plan"]["epsilon"] <= 4.0 and report["plan"]["accountant"]["winner"]
     assert [r["name"] for r in report["plan"]["releases"]] == ["daily", "top", "busiest"]
     assert report["plan"]["releases"][0]["noise"] > 0 and report["plan"]["releases"][0]["noise_stddev"] > 0
-    assert report["budget"]["release_id"] == 1 and report["budget"]["debited"]["type"] == "Composed"
-    assert set(report["timings_s"]) == {"plan_s", "debit_s", "pipeline_s", "report_s", "total_s"}
+    assert report["budget"]["run_id"] == 1 and report["budget"]["debited"]["type"] == "Composed"
+    assert set(report["timings_s"]) == {"plan_s", "admit_s", "pipeline_s", "report_s", "total_s"}
     assert report["window"] == {"size_s": 86400.0, "period_s": None, "start": "2013-01-01T00:00:00+00:00",
                                 "end": "2013-01-04T00:00:00+00:00", "count": 3}
 
@@ -117,7 +117,7 @@ def test_report_md_is_built_from_the_plan_and_the_accountant(finished):
     for description in plan.describe().values():
         assert description in text
     assert str(plan.calibrated.explanation) in text
-    assert "ledger release id 1" in text and "![released series](chart.png)" in text
+    assert "(ledger run 1)" in text and "![released series](chart.png)" in text
 
 
 def test_a_fixed_seed_gives_the_same_releases_and_each_run_debits_once(finished):
@@ -126,7 +126,7 @@ def test_a_fixed_seed_gives_the_same_releases_and_each_run_debits_once(finished)
         assert (tmp_path / "out1" / name).read_bytes() == (tmp_path / "out2" / name).read_bytes()
     with Ledger(url) as ledger:
         assert [r.release_id for r in ledger.history("test")] == [1, 2]
-    assert second.report["budget"]["release_id"] == 2
+    assert second.report["budget"]["run_id"] == 2
 
 
 def test_refused_debit_reads_nothing_and_writes_nothing(tmp_path, monkeypatch):
@@ -139,7 +139,7 @@ def test_refused_debit_reads_nothing_and_writes_nothing(tmp_path, monkeypatch):
     for module in (readers, beam_io):
         monkeypatch.setattr(module, "list_chunks", no_reading)
         monkeypatch.setattr(module, "read_chunk", no_reading)
-    with pytest.raises(runner.RunError, match=r"refused: .* would exceed the budget of scope 'test'.*nothing was read or written") as caught:
+    with pytest.raises(runner.RunError, match=r"refused: .* would exceed the budget of scope 'test'.*nothing was read or debited") as caught:
         runner.run(job, str(tmp_path / "out"), url, log=lambda _: None)
     assert caught.value.exit_code == runner.EXIT_REFUSED
     assert not (tmp_path / "out").exists()
@@ -159,11 +159,15 @@ def test_missing_scope_says_how_to_create_it(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_bad_row_after_the_debit_names_file_row_column_and_keeps_the_debit(tmp_path):
+def test_a_bad_row_names_file_row_and_column_and_the_run_is_neither_published_nor_debited(tmp_path):
     events = _events(5) + "u1,2013-13-01,A\n"
     job = _job(tmp_path, events)
     url = _ledger(tmp_path, 8.0)
-    with pytest.raises(runner.RunError, match=r"events\.csv:17: column 'time': cannot parse '2013-13-01' as ISO 8601; the debit \(ledger release id 1\) stands; nothing was released$") as caught:
+    with pytest.raises(runner.RunError, match=r"events\.csv:17: column 'time': cannot parse '2013-13-01' as ISO 8601; nothing was published or debited$") as caught:
         runner.run(job, str(tmp_path / "out"), url, log=lambda _: None)
     assert caught.value.exit_code == runner.EXIT_ERROR
-    assert not list((tmp_path / "out").glob("*.jsonl"))
+    assert not (tmp_path / "out").exists() and [p.name for p in tmp_path.iterdir() if "staging" in p.name] == []
+    with Ledger(url) as ledger:
+        assert ledger.history("test") == [] and ledger.show("test").state["spent_epsilon"] == 0
+        (failed,) = ledger.runs_of("test")
+    assert failed.status == "failed" and "2013-13-01" in failed.reason
