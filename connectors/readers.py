@@ -47,7 +47,7 @@ import pyarrow.parquet as pq
 from dpstream.accounting.text import first_line
 from dpstream.connectors import timestamps
 from dpstream.connectors.errors import InputError, RowError
-from dpstream.connectors.files import filesystems, open_file
+from dpstream.connectors.files import filesystems, is_local, open_file
 from dpstream.connectors.schema import EVENT_SCHEMA, EventColumns
 
 FORMATS = ("parquet", "csv", "jsonl")
@@ -141,33 +141,63 @@ def _glob_compatible(path: str, pattern: str) -> bool:
     )
 
 
+HEADER_BYTES = 1 << 20  # a header (CSV) or first record (JSONL) longer than this is refused
+
+
 def check_input(spec: InputSpec) -> list[str]:
-    """Check that the files exist and name every mapped column; reads schemas and headers, no records."""
+    """Check that the files exist, are regular files, and name every mapped column once (CSV header, Parquet
+    schema, first JSONL record), parsed as the readers parse them; reads at most HEADER_BYTES of each file's
+    text and no other record."""
     paths = files(spec)
     for path in paths:
+        if is_local(path) and not os.path.isfile(path):
+            raise InputError(f"{path}: not a regular file (a device, FIFO or socket cannot be an input)")
         available = _column_names(spec.format, path)
         if available is None:
-            continue  # JSONL has no header; missing keys surface as row errors
+            continue  # an empty JSONL file: no events
         for field, column in spec.columns.items():
             if column not in available:
                 raise InputError(
                     f"{path}: input.{field} names column {column!r}, which the file does not have; "
                     f"columns: {', '.join(available)}"
                 )
+            if available.count(column) > 1:
+                raise InputError(f"{path}: column {column!r} (input.{field}) appears {available.count(column)} "
+                                 f"times in the header")
     return paths
 
 
 def _column_names(fmt: str, path: str) -> list[str] | None:
+    """The columns a reader will see: the Parquet schema, the CSV header (names stripped of spaces), the keys of
+    the first JSONL record (None for a JSONL file without records)."""
     try:
         if fmt == "parquet":
             with open_file(path) as raw:
                 return list(pq.read_schema(_seekable(raw)).names)
+        line = _first_line(path, skip_blank=fmt == "jsonl")
         if fmt == "csv":
-            with open_file(path) as raw, io.TextIOWrapper(_text_stream(path, raw), encoding="utf-8", newline="") as handle:
-                return [name.strip() for name in next(csv.reader(handle), [])]
-    except (OSError, pa.ArrowException, UnicodeDecodeError) as err:
-        raise InputError(f"{path}: cannot read the {fmt} header: {err}") from err
-    return None
+            return [name.strip() for name in next(csv.reader([line.decode("utf-8")]), [])]
+        if not line.strip():
+            return None
+        record = json.loads(line)
+        if not isinstance(record, dict):
+            raise InputError(f"{path}:1: expected a JSON object per line, got {type(record).__name__}")
+        return list(record)
+    except InputError:
+        raise
+    except (OSError, pa.ArrowException, UnicodeDecodeError, ValueError) as err:
+        raise InputError(f"{path}: cannot read the {fmt} header: {first_line(err)}") from err
+
+
+def _first_line(path: str, skip_blank: bool) -> bytes:
+    """The file's first (non-blank, when skip_blank) line of text, reading at most HEADER_BYTES."""
+    with open_file(path) as raw:
+        data = _text_stream(path, raw).read(HEADER_BYTES)
+    lines = data.split(b"\n")
+    chosen = next((line for line in lines if line.strip()), b"") if skip_blank else lines[0]
+    if chosen is lines[-1] and len(data) == HEADER_BYTES:
+        raise InputError(f"{path}: the first line is longer than {HEADER_BYTES} bytes")
+    return chosen.rstrip(b"\r")
 
 
 def list_chunks(spec: InputSpec) -> list[Chunk]:
@@ -253,15 +283,17 @@ def _read_csv(spec: InputSpec, chunk: Chunk) -> Iterator[pa.RecordBatch]:
     convert = pacsv.ConvertOptions(
         include_columns=columns,
         column_types={name: pa.string() for name in columns},
+        null_values=[""],  # only an empty field is missing: NA, null, None, ... are values (user ids, partitions)
         strings_can_be_null=True,
         quoted_strings_can_be_null=False,
     )
+    header = _column_names("csv", chunk.path) or []  # stripped, as the header check reads them
     first = 0
     try:
         with open_file(chunk.path) as raw:
             reader = pacsv.open_csv(
                 _text_stream(chunk.path, raw),
-                read_options=pacsv.ReadOptions(block_size=CSV_BLOCK_BYTES),
+                read_options=pacsv.ReadOptions(block_size=CSV_BLOCK_BYTES, column_names=header, skip_rows=1),
                 convert_options=convert,
             )
             for batch in reader:
@@ -289,6 +321,8 @@ def _locate_csv_error(path: str, err: Exception) -> InputError:
 
 def _read_jsonl(spec: InputSpec, chunk: Chunk) -> Iterator[pa.RecordBatch]:
     data = _read_text(chunk.path)  # read once: pyarrow parses it, line numbers and error paths look at it again
+    if not data.strip():
+        return  # no records: no events
     try:
         table = pajson.read_json(pa.BufferReader(data))
     except pa.ArrowInvalid as err:

@@ -4,7 +4,8 @@ Formats (`timestamp_format` in a job file):
     epoch_s   numbers (or numeric strings) of seconds since the epoch; fractions kept to the microsecond
     epoch_ms  numbers (or numeric strings) of milliseconds since the epoch
     iso8601   strings such as 2013-01-01, 2013-01-01T05:15, 2013-01-01 05:15:00.25+02:00, ...Z
-    auto      Arrow timestamp and date columns as they are, numbers as epoch_s, strings as iso8601
+    auto      Arrow timestamp and date columns as they are, numbers as epoch_s, strings as iso8601 unless every
+              one is a plain decimal number (CSV columns arrive as strings): then epoch_s
 Timestamps without an offset (naive Arrow timestamps, dates, ISO strings without Z or
 +HH:MM) are local times in `timezone` (an IANA name, default UTC); a local time that
 does not exist or is ambiguous there (daylight-saving changes) is an error.
@@ -21,6 +22,7 @@ from dpstream.connectors.errors import RowError
 FORMATS = ("auto", "epoch_s", "epoch_ms", "iso8601")
 _EPOCH_FACTOR = {"epoch_s": 1_000_000, "epoch_ms": 1_000}
 _OFFSET = r"[Tt ]\d{2}(?::?\d{2}){0,2}(?:[.,]\d+)?\s*(?:[Zz]|[+-]\d{2}(?::?\d{2})?)$"  # a time, then Z or +-HH[:MM]
+_DECIMAL = r"^\s*[+-]?(\d+\.?\d*|\.\d+)\s*$"  # a plain decimal number: epoch seconds under "auto"
 _MAX_ABS_MICROS = 2**62  # about 146,000 years: anything beyond is not a time
 
 
@@ -43,7 +45,8 @@ def to_micros(values: pa.Array | pa.ChunkedArray, timestamp_format: str = "auto"
     if timestamp_format == "auto":
         if pa.types.is_timestamp(kind) or pa.types.is_date(kind):
             return _temporal(values, timezone)
-        timestamp_format = "iso8601" if _is_text(kind) else "epoch_s"
+        numeric = not _is_text(kind) or bool(pc.all(pc.match_substring_regex(values, _DECIMAL)).as_py())
+        timestamp_format = "epoch_s" if numeric else "iso8601"
     if timestamp_format == "iso8601":
         if not _is_text(kind):
             raise RowError(0, f"expected ISO 8601 strings, got a column of type {kind}")

@@ -20,6 +20,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from dpstream.connectors import readers, writers
 from dpstream.pipelines.config.specs import (
+    MAX_WINDOWS,
     ContributionBounds,
     HistogramSpec,
     Noise,
@@ -52,7 +53,7 @@ RELEASE_KEYS: dict[ReleaseKind, tuple[str, ...]] = {
 """The keys of a [[release]] table besides kind, name and weight, by kind (the fields of its spec class)."""
 SECTIONS = {
     "input": tuple(dict.fromkeys(FILE_INPUT_KEYS + PUBSUB_INPUT_KEYS)),
-    "window": ("size", "period", "start", "end", "allowed_lateness"),
+    "window": ("size", "period", "start", "end", "allowed_lateness", "max_count"),
     "privacy": (
         "scope", "epsilon", "delta", "ledger", "max_partitions", "max_contributions", "min_value", "max_value",
         "unit_period",
@@ -67,7 +68,9 @@ REQUIRED = {
     "privacy": ("scope", "epsilon", "delta"),
     "release": ("kind", "name"),
 }
-_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")  # it names a file: at most 100 characters
+EPSILON_RANGE = (1e-4, 1e3)
+MAX_DELTA = 0.01
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")  # gs://bucket/dir, s3://..., hdfs://...: kept as given
 
 
@@ -120,6 +123,8 @@ def load(path: str) -> Job:
             document = tomllib.load(handle)
     except OSError as err:
         raise JobFileError(f"{path}: cannot read the job file: {err.strerror}") from err
+    except UnicodeDecodeError as err:
+        raise JobFileError(f"{path}: not UTF-8 text (byte {err.start}); save the job file as UTF-8") from err
     except tomllib.TOMLDecodeError as err:
         raise JobFileError(f"{path}: not valid TOML: {err}") from err
     return parse(document, path)
@@ -202,17 +207,21 @@ def _window(check: "_Checker", table: dict, timezone: str) -> WindowSpec:
     end = check.instant(table, "window", "end", timezone)
     given = table.get("allowed_lateness", 0)
     lateness = 0.0 if given in (0, "0s") else check.duration(table, "window", "allowed_lateness")
-    return check.build(WindowSpec, size=size, start=start, end=end, period=period, allowed_lateness=lateness)
+    max_count = check.integer(table, "window", "max_count", default=MAX_WINDOWS)
+    return check.build(WindowSpec, size=size, start=start, end=end, period=period, allowed_lateness=lateness,
+                       max_count=max_count)
 
 
 def _privacy(check: "_Checker", table: dict) -> PrivacySettings:
     check.keys(table, "privacy")
     epsilon = check.number(table, "privacy", "epsilon")
     delta = check.number(table, "privacy", "delta")
-    if not epsilon > 0:
-        check.fail(f"privacy.epsilon must be a positive number, got {epsilon!r}")
-    if not 0 < delta < 1:
-        check.fail(f"privacy.delta must lie in (0, 1), got {delta!r}")
+    if not EPSILON_RANGE[0] <= epsilon <= EPSILON_RANGE[1]:
+        check.fail(f"privacy.epsilon must lie in [{EPSILON_RANGE[0]:g}, {EPSILON_RANGE[1]:g}], got {epsilon!r} (the "
+                   f"range in which noise is calibrated: below it a release is all noise, above it not private)")
+    if not 0 < delta <= MAX_DELTA:
+        check.fail(f"privacy.delta must lie in (0, {MAX_DELTA:g}], got {delta!r}: delta is the chance that the "
+                   f"guarantee fails outright, usually far below 1 / (number of users)")
     bounds = check.build(
         ContributionBounds,
         max_partitions=check.integer(table, "privacy", "max_partitions", default=1),
@@ -251,7 +260,8 @@ def _releases(check: "_Checker", entries: Any, shared: tuple[str, ...] | None) -
     for position, entry in enumerate(entries, 1):
         name = entry.get("name")
         if not isinstance(name, str) or not _NAME.match(name):
-            check.fail(f"release #{position}: name must be letters, digits, '_', '.' or '-' (it names the output file), got {name!r}")
+            check.fail(f"release #{position}: name must be 1 to 100 letters, digits, '_', '.' or '-' (it names the output "
+                       f"file), got {name if not isinstance(name, str) or len(name) <= 40 else name[:40] + '...'!r}")
         if any(r.name == name for r in releases):
             check.fail(f"release.{name}: name is used by more than one release")
         where = f"release.{name}"

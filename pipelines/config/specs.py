@@ -29,6 +29,10 @@ def _require(condition: bool, message: str) -> None:
         raise SpecError(message)
 
 
+MAX_WINDOWS = 100_000  # a window range holding more is refused unless window.max_count allows it
+FIRST_INSTANT, LAST_INSTANT = -62135596800.0, 221845392000.0  # 0001-01-01 and 9000-01-01, seconds since the epoch
+
+
 @dataclass(frozen=True)
 class WindowSpec:
     """Event-time windows over the public range [start, end) (seconds since the epoch, UTC).
@@ -36,6 +40,9 @@ class WindowSpec:
     Fixed windows when `period` is None, else sliding windows of length `size`
     starting every `period` seconds (a record belongs to size/period windows).
     Window i covers [start + i * step, start + i * step + size), step = period or size.
+
+    At most `max_count` windows (MAX_WINDOWS by default; a job file raises it with window.max_count), and the
+    range lies between 0001-01-01 and 9000-01-01.
 
     Late data (streaming): window i is released once, when the watermark passes its
     end plus `allowed_lateness` seconds; records of window i that arrive after that
@@ -48,6 +55,7 @@ class WindowSpec:
     end: float
     period: float | None = None
     allowed_lateness: float = 0.0
+    max_count: int = MAX_WINDOWS
 
     def __post_init__(self) -> None:
         _require(math.isfinite(self.size) and self.size > 0, f"window.size must be a positive number of seconds, got {self.size!r}")
@@ -59,10 +67,19 @@ class WindowSpec:
                  f"window.end must be after window.start, got start={self.start!r}, end={self.end!r}")
         _require(math.isfinite(self.allowed_lateness) and self.allowed_lateness >= 0,
                  f"window.allowed_lateness must be a non-negative number of seconds, got {self.allowed_lateness!r}")
+        _require(FIRST_INSTANT <= self.start and self.end <= LAST_INSTANT,
+                 "window.start and window.end must lie between 0001-01-01 and 9000-01-01")
+        _require(isinstance(self.max_count, int) and self.max_count >= 1,
+                 f"window.max_count must be a positive integer, got {self.max_count!r}")
+        windows = math.ceil((self.end - self.start) / self.step)
+        _require(windows <= self.max_count,
+                 f"the window range holds {windows} windows, more than window.max_count = {self.max_count}; each "
+                 f"window's cells are held in memory and its noise composed, so raise window.max_count only if "
+                 f"that many windows are meant")
 
     @classmethod
     def of(cls, size: str | float, start: object, end: object, *, period: str | float | None = None,
-           timezone: str = "UTC", allowed_lateness: str | float = 0.0) -> "WindowSpec":
+           timezone: str = "UTC", allowed_lateness: str | float = 0.0, max_count: int = MAX_WINDOWS) -> "WindowSpec":
         """Windows in the job file's terms: durations such as "1d" or seconds, and ISO dates or date-times
         (local time in `timezone` when they have no offset), e.g. WindowSpec.of("1d", "2013-01-01", "2014-01-01")."""
         durations = {"size": size, "period": period, "allowed_lateness": allowed_lateness}
@@ -72,7 +89,7 @@ class WindowSpec:
         except ValueError as err:
             raise SpecError(f"window start and end {err}") from None
         return cls(size=seconds["size"] or math.nan, start=instants["start"], end=instants["end"],
-                   period=seconds["period"], allowed_lateness=seconds["allowed_lateness"] or 0.0)
+                   period=seconds["period"], allowed_lateness=seconds["allowed_lateness"] or 0.0, max_count=max_count)
 
     @property
     def step(self) -> float:

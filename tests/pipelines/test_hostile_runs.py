@@ -1,0 +1,228 @@
+"""Hostile and mistaken input to `dpstream run`, each in a fresh process, as a user would meet it: the exit code,
+exactly one line on stderr, and, for every failure, nothing published and nothing debited (the scope's state,
+debits and runs are compared before and after). Some inputs that used to fail are now read as meant (null
+tokens as keys, epoch strings, spaced headers, empty JSONL). `python -m tests.pipelines.test_hostile_runs`
+prints the table of docs/failures.md from a fresh run of every case."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from dpstream.accounting.ledger import Ledger
+
+JOB = """[input]
+format = "csv"
+path = "events.csv"
+user = "user"
+timestamp = "time"
+partition = "dest"
+partitions = ["A", "B", "NA"]
+[window]
+size = "1d"
+start = 2013-01-01
+end = 2013-01-04
+[privacy]
+scope = "test"
+epsilon = 4.0
+delta = 1e-6
+max_partitions = 2
+[[release]]
+kind = "histogram"
+name = "daily"
+[output]
+format = "jsonl"
+path = "out"
+"""
+
+
+def _events(header: str = "user,time,dest", time=lambda day: f"2013-01-0{day + 1}T10:00:00Z") -> str:
+    lines = [header]
+    for day in range(3):
+        lines += [f"u{user},{time(day)},{'AB'[user % 2]}" for user in range(12)]
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    exit: int
+    message: str  # a regex the one stderr line must match (exit 0: the stdout)
+    job: Callable[[str], str] = lambda text: text
+    files: dict[str, str | bytes] = field(default_factory=dict)
+    args: tuple[str, ...] = ()
+    prepare: Callable[[Path], None] | None = None
+
+
+def _replace(old: str, new: str) -> Callable[[str], str]:
+    return lambda text: text.replace(old, new)
+
+
+def _jsonl(key: str = "user") -> Callable[[str], str]:
+    return _replace('format = "csv"\npath = "events.csv"\nuser = "user"', f'format = "jsonl"\npath = "events.jsonl"\nuser = "{key}"')
+
+
+def _fifo(directory: Path) -> None:
+    (directory / "events.csv").unlink()
+    os.mkfifo(directory / "events.csv")
+
+
+def _dangling(directory: Path) -> None:
+    os.symlink(directory / "nowhere", directory / "out")
+
+
+def _directory_at_release(directory: Path) -> None:
+    (directory / "out" / "daily.jsonl").mkdir(parents=True)
+
+
+def _corrupt_ledger(directory: Path) -> None:
+    with Ledger(f"sqlite:///{directory / 'ledger.db'}") as ledger, ledger.engine.begin() as conn:
+        conn.execute(ledger.scopes.update().values(filter_state="{truncated"))
+
+
+def _jsonl_rows(key: str) -> str:
+    return "".join(json.dumps({key: f"u{u}", "time": f"2013-01-0{d + 1}T10:00:00Z", "dest": "AB"[u % 2]}) + "\n"
+                   for d in range(3) for u in range(12))
+
+
+CASES = [
+    # read as meant now
+    Case("CSV epoch-second timestamps under timestamp_format auto", 0, r"daily: 9 rows",
+         files={"events.csv": _events(time=lambda day: str(1356998400 + 86400 * day + 36000))}),
+    Case("CSV header with spaces after the commas", 0, r"daily: 9 rows", files={"events.csv": _events("user, time, dest")}),
+    Case("CSV user and partition values NA and null (pyarrow's null tokens)", 0, r"daily: 9 rows",
+         files={"events.csv": _events() + "null,2013-01-02T10:00:00Z,NA\nNA,2013-01-02T11:00:00Z,NA\n"}),
+    Case("empty JSONL file (no events: noise only)", 0, r"daily: 9 rows", job=_jsonl(), files={"events.jsonl": ""}),
+    # refused before the ledger is asked
+    Case("JSONL key typo", 2, r"events\.jsonl: input\.user names column 'user', which the file does not have; "
+         r"columns: usr, time, dest$", job=_jsonl(), files={"events.jsonl": _jsonl_rows("usr")}),
+    Case("release name of 300 characters", 2, r"release #1: name must be 1 to 100 letters",
+         job=_replace('name = "daily"', f'name = "{"x" * 300}"')),
+    Case("output path a dangling symbolic link", 2, r"output directory .*/out is a symbolic link", prepare=_dangling),
+    Case("output path under /proc", 2, r"output directory /proc/dpstream-out: /proc is a system directory",
+         args=("--output", "/proc/dpstream-out")),
+    Case("a directory at a release file's path", 2, r"output directory .*/out is not empty and holds no dpstream run",
+         prepare=_directory_at_release),
+    Case("window.start = 9999-01-01", 2, r"window\.start and window\.end must lie between 0001-01-01 and 9000-01-01",
+         job=_replace("start = 2013-01-01\nend = 2013-01-04", "start = 9999-01-01\nend = 9999-01-04")),
+    Case("10^7 windows", 2, r"the window range holds 14204160 windows, more than window\.max_count = 100000",
+         job=_replace('size = "1d"\nstart = 2013-01-01\nend = 2013-01-04', 'size = "1m"\nstart = 2013-01-01\nend = 2040-01-04')),
+    Case("epsilon = 1e-300", 2, r"privacy\.epsilon must lie in \[0\.0001, 1000\]", job=_replace("epsilon = 4.0", "epsilon = 1e-300")),
+    Case("epsilon = 1e308", 2, r"privacy\.epsilon must lie in \[0\.0001, 1000\]", job=_replace("epsilon = 4.0", "epsilon = 1e308")),
+    Case("max_value = 1e300", 2, r"max\(\|min_value\|, \|max_value\|\) must be 0 or lie in \[2\*\*-256, 2\*\*256\]",
+         job=_replace("max_partitions = 2", "max_partitions = 2\nmax_value = 1e300")),
+    Case("job delta = 0.999", 2, r"privacy\.delta must lie in \(0, 0\.01\], got 0\.999", job=_replace("delta = 1e-6", "delta = 0.999")),
+    Case("job file not UTF-8", 2, r"not UTF-8 text \(byte \d+\)", job=lambda text: text.replace("daily", "d\xe4ily")),
+    Case("input path /dev/zero", 2, r"/dev/zero: not a regular file", job=_replace('path = "events.csv"', 'path = "/dev/zero"')),
+    Case("input a FIFO", 2, r"events\.csv: not a regular file", prepare=_fifo),
+    Case("--runner=PortableRunner without --job_endpoint", 2, r"--runner=PortableRunner needs --job_endpoint",
+         args=("--", "--runner=PortableRunner")),
+    Case("--runner=DataflowRunner --dry_run=True", 2, r"--dry_run makes the runner skip the job",
+         args=("--", "--runner=DataflowRunner", "--dry_run=True")),
+    Case("--direct_num_workers=-1", 2, r"--direct_num_workers must be 0 \(one per core\) or more, got -1",
+         args=("--", "--direct_num_workers=-1")),
+    Case("corrupt ledger JSON", 2, r"a stored record is corrupt .* restore the ledger from a backup; nothing was debited",
+         prepare=_corrupt_ledger),
+    Case("unreachable PostgreSQL ledger", 2, r"ledger postgresql\+psycopg://nobody@127\.0\.0\.1:1/x: database error: .*"
+         r"nothing was debited", args=("--ledger", "postgresql://nobody@127.0.0.1:1/x")),
+    Case("scope missing", 2, r"budget scope 'test' is not in ledger .* create it with `dpstream budget init",
+         prepare=lambda directory: _drop_scope(directory)),
+    # found only by reading: the run fails, nothing is published or debited
+    Case("a bad timestamp in row 38", 2, r"events\.csv:38: column 'time': cannot parse '2013-13-01' as ISO 8601; "
+         r"nothing was published or debited$", files={"events.csv": _events() + "u1,2013-13-01,A\n"}),
+    Case("a missing user in row 38", 2, r"events\.csv:38: column 'user': missing value; nothing was published or debited$",
+         files={"events.csv": _events() + ",2013-01-01T10:00:00Z,A\n"}),
+    Case("a ragged row", 2, r"events\.csv:38: expected 3 fields, got 4; nothing was published or debited$",
+         files={"events.csv": _events() + "u1,2013-01-01T10:00:00Z,A,extra\n"}),
+    # refused by the scope: nothing read
+    Case("budget exhausted", 3, r"refused: release .* would exceed the budget of scope 'test'.*nothing was read or debited",
+         job=_replace("epsilon = 4.0", "epsilon = 200.0")),
+]
+
+
+def _drop_scope(directory: Path) -> None:
+    (directory / "ledger.db").unlink()
+    with Ledger(f"sqlite:///{directory / 'ledger.db'}", create=True) as ledger:
+        ledger.init_scope("elsewhere", 1.0, 1e-6)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    exit: int
+    line: str  # stderr's one line, or stdout's when the run succeeded
+    stderr_lines: int
+    released: bool
+    debited: bool
+
+
+def run_case(case: Case, directory: Path) -> Outcome:
+    text = case.job(JOB)
+    (directory / "job.toml").write_bytes(text.encode("latin-1") if "\xe4" in text else text.encode("utf-8"))
+    files = {"events.csv": _events(), **case.files}
+    for name, content in files.items():
+        (directory / name).write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))
+    url = f"sqlite:///{directory / 'ledger.db'}"
+    with Ledger(url, create=True) as ledger:
+        ledger.init_scope("test", 100.0, 1e-4, "approx:release_delta=1e-6")
+    if case.prepare is not None:
+        case.prepare(directory)
+    before = _ledger_state(url)
+    argv = ["run", "job.toml", "--ledger", url] if "--ledger" not in case.args else ["run", "job.toml"]
+    command = [sys.executable, "-m", "dpstream.pipelines.cli.main", *argv, *case.args]
+    result = subprocess.run(command, cwd=directory, capture_output=True, text=True, timeout=600)
+    after = _ledger_state(url)
+    stderr = result.stderr.strip().splitlines()
+    line = stderr[0] if stderr else next((s for s in result.stdout.splitlines() if "rows" in s), "")
+    out = directory / "out"
+    return Outcome(result.returncode, line, len(stderr), out.is_dir() and (out / "report.json").exists(),
+                   after != before)
+
+
+def _ledger_state(url: str):
+    try:
+        with Ledger(url) as ledger:
+            return ledger.show("test").state, len(ledger.history("test"))  # a debit changes both
+    except Exception as err:  # a corrupt or replaced ledger: compare what can be read
+        return f"unreadable: {type(err).__name__}"
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_hostile_input(case, tmp_path):
+    outcome = run_case(case, tmp_path)
+    assert outcome.exit == case.exit, outcome
+    assert re.search(case.message, outcome.line), outcome.line
+    if case.exit == 0:
+        assert outcome.stderr_lines == 0 and outcome.released and outcome.debited
+    else:
+        assert outcome.stderr_lines == 1, outcome  # one line: no traceback, no library log
+        assert not outcome.released and not outcome.debited
+
+
+def test_docs_list_every_case():
+    text = (Path(__file__).parents[2] / "docs" / "failures.md").read_text(encoding="utf-8")
+    missing = [case.name for case in CASES if f"| {case.name} |" not in text]
+    assert not missing, f"docs/failures.md lacks {missing}; regenerate it with python -m tests.pipelines.test_hostile_runs"
+
+
+def table() -> str:
+    rows = ["| case | exit | message (first line of stderr; stdout for exit 0) | released? | debited? |",
+            "| --- | --- | --- | --- | --- |"]
+    for case in CASES:
+        with tempfile.TemporaryDirectory() as directory:
+            outcome = run_case(case, Path(directory))
+            line = outcome.line.replace(directory, "DIR").replace("|", "\\|")
+        rows.append(f"| {case.name} | {outcome.exit} | {line} | {'yes' if outcome.released else 'no'} | "
+                    f"{'yes' if outcome.debited else 'no'} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    print(table())
