@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 TYPECHECK := build/typecheck
 LAYERS := accounting connectors pipelines examples
 
-.PHONY: install dev-install bench-install lint test bench demo clean
+.PHONY: install dev-install bench-install lint test audit bench demo clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,9 @@ lint: dev-install
 
 test: lint
 	$(PY) -m pytest -q tests
+
+audit: dev-install
+	DPSTREAM_AUDIT=long $(PY) -m pytest -q -s tests/falsification/test_run_audit.py
 
 bench: bench-install
 	$(PY) -m benchmarks

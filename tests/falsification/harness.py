@@ -109,13 +109,19 @@ def audit(
     n_estimate: int,
     delta: float = 0.0,
     alpha: float = 1e-3,
+    min_hits: int = 0,
 ) -> Audit:
-    """A (1 - alpha)-confidence lower bound on epsilon(delta) of the mechanism behind `sample` (module docstring)."""
+    """A (1 - alpha)-confidence lower bound on epsilon(delta) of the mechanism behind `sample` (module docstring).
+
+    `min_hits`: the search only considers sets that at least this many search outputs of the larger side fall
+    in (sets of a few outputs win the search by chance and then lose the estimate)."""
     search = {"x": sample(x, n_search), "x'": sample(x_prime, n_search)}
     best = (-math.inf, None, None)
     for candidate in _candidates(search["x"], search["x'"]):
         hits = {side: int(np.count_nonzero(candidate.contains(out))) for side, out in search.items()}
         for p_side, q_side in (("x", "x'"), ("x'", "x")):
+            if hits[p_side] < min_hits:
+                continue
             score = _smoothed_log_ratio(hits[p_side], hits[q_side], n_search, delta)
             if score > best[0]:
                 best = (score, candidate, (p_side, q_side))
