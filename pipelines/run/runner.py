@@ -48,7 +48,7 @@ from dpstream.pipelines.planning import JobPlan
 from dpstream.pipelines.report import document as report
 from dpstream.pipelines.run import streaming as streaming_io
 from dpstream.pipelines.run.budget import Admission, Budget, Debit
-from dpstream.pipelines.run.errors import EXIT_ERROR, EXIT_INTERNAL, EXIT_OK, EXIT_REFUSED, RunError
+from dpstream.pipelines.run.errors import EXIT_ERROR, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_REFUSED, RunError
 from dpstream.pipelines.run.lease import LeaseKeeper
 from dpstream.pipelines.run.preflight import check_runner
 from dpstream.pipelines.run.publication import Publication
@@ -252,6 +252,8 @@ def _pipeline_error(err: Exception) -> RunError:
     """One line for a failed computation: the input error inside the runner's wrapping when there is one."""
     cause = _input_error(err)
     consequence = "nothing was published or debited"
+    if str(err).startswith("KeyboardInterrupt"):  # Beam re-raises Ctrl-C in a worker as RuntimeError
+        return RunError(f"interrupted; {consequence}", EXIT_INTERRUPTED)
     if cause is not None:
         return RunError(f"{cause}; {consequence}")
     return RunError(f"pipeline failed: {type(err).__name__}: {first_line(err)}; {consequence}", EXIT_INTERNAL)

@@ -147,14 +147,15 @@ KILL_POINTS = {
 }
 
 
-def _kill_at(tmp_path, point: str, url: str, job_file: str, out: str) -> None:
-    """`dpstream run` in a child process, SIGKILLed when it enters `point` (module:qualified name)."""
+def _kill_at(tmp_path, point: str, url: str, job_file: str, out: str, sig: int = signal.SIGKILL):
+    """`dpstream run` in a child process, sent `sig` when it enters `point` (module:qualified name); the child."""
     marker = tmp_path / "entered"
     module, _, name = point.partition(":")
     owner, _, attribute = name.rpartition(".")
     script = (
         "import importlib, pathlib, sys, time\n"
-        "from dpstream.pipelines.cli.main import main\n"
+        "from dpstream.pipelines.cli.main import main, quiet_libraries\n"
+        "quiet_libraries(False)  # as main does, before the patched module imports Beam\n"
         f"module = importlib.import_module({module!r})\n"
         f"owner = getattr(module, {owner!r}) if {owner!r} else module\n"
         f"original = getattr(owner, {attribute!r})\n"
@@ -171,9 +172,10 @@ def _kill_at(tmp_path, point: str, url: str, job_file: str, out: str) -> None:
         assert child.poll() is None, child.stderr.read().decode()
         assert time.monotonic() < deadline, f"the run never reached {point}"
         time.sleep(0.05)
-    os.kill(child.pid, signal.SIGKILL)
-    child.wait(timeout=30)
+    os.kill(child.pid, sig)
+    child.wait(timeout=60)
     marker.unlink()
+    return child
 
 
 @pytest.mark.parametrize("point", list(KILL_POINTS))
@@ -197,3 +199,18 @@ def test_kill_9_at_each_stage_leaves_a_consistent_ledger_and_the_next_run_recove
     runner.run(jobfile.load(str(tmp_path / "job2.toml")), out, url, **QUIET)  # the monitor came back by itself
     assert _state(url)[1] == before[1] + 1 and _outcomes(url) == ["published", "expired", "published"]
     assert not [n for n in _left_in(tmp_path) if "staging" in n]
+
+
+def test_ctrl_c_ends_the_run_unpublished_with_one_line(tmp_path):
+    job = _job(tmp_path, SVT)
+    url = _ledger(tmp_path, 40.0, 1e-4)
+    runner.run(job, str(tmp_path / "first"), url, **QUIET)
+    _continue(tmp_path, job)
+    before = _state(url)
+    child = _kill_at(tmp_path, KILL_POINTS["pipeline"], url, str(tmp_path / "job2.toml"), str(tmp_path / "out"),
+                     signal.SIGINT)
+    assert child.returncode == 130
+    assert child.stderr.read().decode().strip().splitlines() == [
+        "dpstream run: interrupted; an unfinished run published nothing and was not debited"]
+    assert not (tmp_path / "out").exists() and _state(url) == before
+    assert _outcomes(url) == ["published", "failed"]  # ended at once, not by its lease
