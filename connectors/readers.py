@@ -363,7 +363,7 @@ def _read_jsonl_mixed(path: str, data: bytes, spec: InputSpec) -> pa.Table:
         values = [record.get(column) for record in records]
         try:
             arrays[column] = pa.array(values)
-        except (pa.ArrowInvalid, pa.ArrowTypeError):
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):  # mixed types, or integers beyond int64
             arrays[column] = pa.array([v if v is None or isinstance(v, str) else json.dumps(v) for v in values], pa.string())
     return pa.table(arrays)
 
@@ -422,7 +422,8 @@ def _keys(values: pa.Array) -> pa.Array:
     if values.null_count:
         raise RowError(int(np.flatnonzero(pc.is_null(values).to_numpy(zero_copy_only=False))[0]), "missing value")
     if pa.types.is_floating(values.type):
-        whole = pc.equal(values, pc.floor(values)).to_numpy(zero_copy_only=False)
+        numbers = values.to_numpy(zero_copy_only=False)
+        whole = (numbers == np.floor(numbers)) & (np.abs(numbers) < 2.0**63)  # a whole number an int64 holds
         if not whole.all():
             index = int(np.flatnonzero(~whole)[0])
             raise RowError(index, f"expected a key (string or integer), got {values[index].as_py()!r}")
@@ -444,7 +445,8 @@ def _values(values: pa.Array) -> np.ndarray:
             index = int(np.flatnonzero(bad)[0])
             raise RowError(index, f"cannot parse {text.iloc[index]!r} as a number")
     elif pa.types.is_integer(values.type) or pa.types.is_floating(values.type) or pa.types.is_boolean(values.type):
-        numbers = values.cast(pa.float64()).to_numpy(zero_copy_only=False)
+        # integers beyond 2**53 round to the nearest float64; values are clamped to [min_value, max_value] anyway
+        numbers = values.cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False)
     else:
         raise RowError(0, f"expected numbers, got a column of type {values.type}")
     finite = np.isfinite(numbers)

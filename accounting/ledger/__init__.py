@@ -32,14 +32,24 @@ curves and stop at the budget" (Regehr et al. 2026). Each scope has a total
 Within one release the parameters are fixed before it runs, so the release's
 own events are priced by each filter as its docstring states.
 
-Sealed state: SVT monitors keep their whole record here (`spend_and_check_out`,
-`check_in_monitor`). Its realised spend depends on the data and is never
-shown; `show` reports whether a monitor has halted and, from its filter's
-public view, how many AboveThreshold instances it admitted and the delta they
-used (functions of how many instances ran, which its alerts show). A monitor record is checked out by the run that debits with it
-and checked back in by that run only (`check_in_monitor`), so one sealed state
-is resumed by at most one run; a run that fails leaves it checked out, and
-further runs of that monitor are refused (safe, since nothing is resumed twice).
+Runs (`open_run`, `renew_run`, `preview_run`, `commit_run`, `end_run`,
+`release_run`; table `dpstream_runs`): a run is admitted when it opens (the
+filter is asked, nothing is debited; a refusal is recorded, and a halting
+filter records its halt) and debited once, when it commits, immediately before
+its outputs are published; one that fails, is released or whose lease runs out
+is never debited. Each run's outcome is recorded. Proof that charging only
+published runs is sound: docs/proofs/pipelines.run.budget.Budget.md.
+
+Sealed state: SVT monitors keep their whole record here. Its realised spend
+depends on the data and is never shown; `show` reports whether a monitor has
+halted and, from its filter's public view, how many AboveThreshold instances
+it admitted and the delta they used (functions of how many instances ran,
+which its alerts show). A run leases the monitors it continues or opens
+(`open_run`), and only that run's commit stores their new records, so one
+sealed state is continued by at most one run; a run that ends unpublished
+leaves them as they were, and its lease ends (at once, or when it runs out).
+A monitor is created, with its budget debited, by the commit of the run that
+opened it.
 
 Period scopes (`init_scope(..., unit_period=P)`, `dpstream budget init
 --unit-period 1d`) serve jobs whose privacy unit is user x period. Periods are
@@ -65,7 +75,7 @@ timestamps lie in those periods, and its events bound the privacy loss of
 one user x period unit (the runner charges a job the periods its windows
 overlap, and `pipelines.planning.job` prices one unit period).
 Proof: docs/proofs/accounting.ledger.periods.md.
-Refused on period scopes: SVT monitors (`spend_and_check_out`),
+Refused on period scopes: SVT monitors (`open_run` with monitors),
 whose sealed state spans runs and so periods, while the monitor's budget is
 debited only once. Monitors are refused too on scopes whose filter is not an
 (epsilon, delta) filter (MONITOR_SCOPE_FILTERS): a monitor keeps answering

@@ -99,6 +99,9 @@ def _log_stopping_moments(gammas, sigma_x, sigma_z, margin):
     return log_moment + EPSILON_SLACK * np.abs(log_moment) + EPSILON_FLOOR
 
 
+SIGMA_RANGE = (1e-150, 1e150)  # noise scales whose squares neither underflow nor overflow a float
+
+
 def _zhu_wang_terms(owner, gammas, sigma_threshold, sigma_query, threshold, sensitivity, lower):
     """(A, B) per gamma, with eps_RDP(alpha) = A alpha + B / (alpha - 1), after checking the arguments."""
     sigma_x = require_positive(owner, "sigma_threshold", sigma_threshold)
@@ -108,6 +111,9 @@ def _zhu_wang_terms(owner, gammas, sigma_threshold, sigma_query, threshold, sens
     sensitivity = require_finite(owner, "sensitivity", sensitivity)
     if sensitivity < 0:
         raise ValueError(f"{owner}: sensitivity must be >= 0, got {sensitivity!r}")
+    if not (SIGMA_RANGE[0] <= sigma_x <= SIGMA_RANGE[1] and SIGMA_RANGE[0] <= sigma_z <= SIGMA_RANGE[1]):
+        raise ValueError(f"{owner}: sigma_threshold and sigma_query must be between 1e-150 and 1e150 (their squares "
+                         f"are used), got {sigma_x!r} and {sigma_z!r}")
     gammas = np.asarray(gammas, dtype=float)
     limit = (sigma_z / sigma_x) ** 2
     if not np.all((gammas > 1) & (gammas < limit)):

@@ -5,6 +5,7 @@ parses also plans (or fails to plan with a RunError that names the file)."""
 from __future__ import annotations
 
 import math
+import os
 import tomllib
 
 from hypothesis import HealthCheck, given, settings
@@ -23,6 +24,7 @@ HOSTILE = st.one_of(
     st.integers(), st.floats(), st.text(max_size=20),
 )
 SECTIONS = ("input", "window", "privacy", "output", "beam")
+LONG = os.environ.get("DPSTREAM_FUZZ_EXAMPLES")  # `make audit`: a longer, randomised run
 
 
 def _paths(document) -> list[tuple]:
@@ -47,7 +49,8 @@ def mutated(draw):
     return document
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=int(LONG or 300), deadline=None, derandomize=LONG is None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(document=mutated())
 def test_hostile_job_files_parse_or_fail_with_one_line(tmp_path, document):
     (tmp_path / "events.csv").write_text("user,time,dest\n")
