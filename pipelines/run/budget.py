@@ -325,7 +325,7 @@ class Budget:
     @cached_property
     def monitor_records(self) -> MonitorRecords:
         """svt release name -> its sealed ledger record (None: a new monitor), after checking a run may continue
-        it (not checked out, an svt monitor, loadable, same parameters, continuing at window.start)."""
+        it (an svt monitor, loadable, same parameters, continuing at window.start; leases are checked by admit)."""
         records: MonitorRecords = {}
         if not self.plan.monitors():
             return records
