@@ -18,6 +18,10 @@ from dpstream.pipelines.planning.errors import PlanningError
 from dpstream.pipelines.planning.grid import normalised_sensitivity
 from dpstream.pipelines.planning.windows import check_unit_period, period_sizes
 
+MAX_RANGE_RATIO = 2e4
+"""maximum / L1 sensitivity above which `_peak_sigma`'s quadrature blows up (1e5: 26 s and 2 GB; 1e6: over 120 s
+and 18 GB); refused until the calibration handles wide ranges."""
+
 
 def _peak_sigma(sizes: tuple[int, ...], epsilon: float, sensitivity: float) -> float:
     """The smallest sigma (rounded up) with report_noisy_max_epsilon(d, sigma, sensitivity) <= epsilon for all d."""
@@ -84,6 +88,10 @@ def draft(spec: PeakSpec, context: PlanningContext) -> Draft[PeakPlan]:
     if bounds.l1 > spec.maximum:
         raise PlanningError(f"{where}: maximum must be at least the L1 sensitivity {bounds.l1:g} of a window total, "
                             f"got {spec.maximum!r}")
+    if spec.maximum > MAX_RANGE_RATIO * bounds.l1:
+        raise PlanningError(f"{where}: maximum may be at most {MAX_RANGE_RATIO:g} times the L1 sensitivity {bounds.l1:g} "
+                            f"of a window total, got {spec.maximum!r}: beyond that, calibrating report-noisy-max takes "
+                            f"minutes and gigabytes (a known limitation)")
     sizes = period_sizes(window, spec.period)
     runs = _peak_runs(window, context.unit_period, spec.period, sizes)
     if runs == 0:

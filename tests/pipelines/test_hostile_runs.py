@@ -119,6 +119,10 @@ CASES = [
     Case("epsilon = 1e308", 2, r"privacy\.epsilon must lie in \[0\.0001, 1000\]", job=_replace("epsilon = 4.0", "epsilon = 1e308")),
     Case("max_value = 1e300", 2, r"max\(\|min_value\|, \|max_value\|\) must be 0 or lie in \[2\*\*-256, 2\*\*256\]",
          job=_replace("max_partitions = 2", "max_partitions = 2\nmax_value = 1e300")),
+    Case("peak maximum = 1e6 (calibration would take minutes and gigabytes)", 2,
+         r"maximum may be at most 20000 times the L1 sensitivity 2 of a window total",
+         job=_replace("[output]", '[[release]]\nkind = "peak"\nname = "busiest"\nperiod = "3d"\nmaximum = 1e6\n'
+                                  '[output]')),
     Case("job delta = 0.999", 2, r"privacy\.delta must lie in \(0, 0\.01\], got 0\.999", job=_replace("delta = 1e-6", "delta = 0.999")),
     Case("job file not UTF-8", 2, r"not UTF-8 text \(byte \d+\)", job=lambda text: text.replace("daily", "d\xe4ily")),
     Case("input path /dev/zero", 2, r"/dev/zero: not a regular file", job=_replace('path = "events.csv"', 'path = "/dev/zero"')),
