@@ -90,7 +90,7 @@ The two new tables are created when missing by any `Ledger(url, create=True)`
 """
 from __future__ import annotations
 
-from dpstream.accounting.ledger.errors import LedgerConflict, LedgerError
+from dpstream.accounting.ledger.errors import LedgerConflict, LedgerError, UnknownScopeError
 from dpstream.accounting.ledger.periods import MAX_PERIODS_PER_SPEND, Periods, check_unit_period, on_period_boundary
 from dpstream.accounting.ledger.records import (
     PUBLISHED,
@@ -134,6 +134,7 @@ __all__ = [
     "RunTicket",
     "ScopeView",
     "SpendResult",
+    "UnknownScopeError",
     "check_unit_period",
     "on_period_boundary",
     "parse_filter_spec",

@@ -8,3 +8,7 @@ class LedgerError(ValueError):
 
 class LedgerConflict(LedgerError):
     """The scope changed between a run's preview and its commit; nothing was written (preview again)."""
+
+
+class UnknownScopeError(LedgerError):
+    """The ledger has no scope of that name (the one error for which `dpstream budget init` is the advice)."""

@@ -21,7 +21,7 @@ from sqlalchemy.engine import make_url
 from dpstream.accounting.events import Event
 from dpstream.accounting.filters import SCOPE_FILTERS, PrivacyFilter, default_scope_filter, scope_filter
 from dpstream.accounting.ledger.decisions import decide, inserted_id, now_text
-from dpstream.accounting.ledger.errors import LedgerConflict, LedgerError
+from dpstream.accounting.ledger.errors import LedgerConflict, LedgerError, UnknownScopeError
 from dpstream.accounting.ledger.periods import Periods, check_unit_period, period_runs
 from dpstream.accounting.ledger.records import (
     EXPIRED,
@@ -217,7 +217,7 @@ class Ledger:
         query = sa.select(self.scopes).where(self.scopes.c.name == scope)
         row = conn.execute(query.with_for_update() if lock else query).one_or_none()
         if row is None:
-            raise LedgerError(f"unknown scope {scope!r} in ledger {self.display_url}")
+            raise UnknownScopeError(f"unknown scope {scope!r} in ledger {self.display_url}")
         return row
 
     # -- scopes -----------------------------------------------------------------------------------

@@ -67,6 +67,7 @@ from dpstream.accounting.ledger import (
     MonitorRecord,
     Periods,
     ScopeView,
+    UnknownScopeError,
     on_period_boundary,
     resolve_url,
 )
@@ -199,13 +200,11 @@ class Budget:
                           + ", ".join(r.name for r in self.releases))
         with self._ledger("nothing was debited") as ledger:
             try:
-                view = ledger.show(self.scope)
-            except LedgerError as err:
-                if "unknown scope" not in str(err):
-                    raise
+                unit_period = ledger.unit_period(self.scope)
+            except UnknownScopeError as err:
                 raise RunError(f"budget scope {self.scope!r} is not in ledger {ledger.display_url}; "
                                f"{self._create_hint()}") from err
-            periods, note = self.scope_periods(view.unit_period)
+            periods, note = self.scope_periods(unit_period)
             ticket = ledger.open_run(self.scope, event, label, periods=periods, monitors=monitors, output=output,
                                      lease_seconds=self.lease_seconds)
             display_url = ledger.display_url
