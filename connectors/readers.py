@@ -142,6 +142,7 @@ def _glob_compatible(path: str, pattern: str) -> bool:
 
 
 HEADER_BYTES = 1 << 20  # a header (CSV) or first record (JSONL) longer than this is refused
+_HEADER_BLOCK = 1 << 16
 
 
 def check_input(spec: InputSpec) -> list[str]:
@@ -190,9 +191,17 @@ def _column_names(fmt: str, path: str) -> list[str] | None:
 
 
 def _first_line(path: str, skip_blank: bool) -> bytes:
-    """The file's first (non-blank, when skip_blank) line of text, reading at most HEADER_BYTES."""
+    """The file's first (non-blank, when skip_blank) line of text, reading blocks until it is complete and at
+    most HEADER_BYTES in all."""
+    data = b""
     with open_file(path) as raw:
-        data = _text_stream(path, raw).read(HEADER_BYTES)
+        stream = _text_stream(path, raw)  # compressed streams have no readline
+        while len(data) < HEADER_BYTES:
+            block = stream.read(min(_HEADER_BLOCK, HEADER_BYTES - len(data)))
+            data += block
+            complete = data.split(b"\n")[:-1]
+            if not block or (any(line.strip() for line in complete) if skip_blank else complete):
+                break
     lines = data.split(b"\n")
     chosen = next((line for line in lines if line.strip()), b"") if skip_blank else lines[0]
     if chosen is lines[-1] and len(data) == HEADER_BYTES:
