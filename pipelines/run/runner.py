@@ -159,13 +159,13 @@ def run(
                 timings["pipeline_s"] = time.perf_counter() - tick
                 debit, written = _commit(job, job_budget, admission, states, options, beam_args, files, started_at,
                                          timings, pending, publication, started)
-            except BaseException as err:
-                reason = f"interrupted ({type(err).__name__})" if not isinstance(err, Exception) else first_line(err)
-                _abandon(job_budget, admission, reason, log)
+            except Exception as err:
+                _abandon(job_budget, admission, first_line(err), log)
                 if isinstance(err, RunError):
                     raise
-                if isinstance(err, Exception):
-                    raise _pipeline_error(err) from err
+                raise _pipeline_error(err) from err
+            except BaseException as err:  # Ctrl-C: the run ends unpublished too
+                _abandon(job_budget, admission, f"interrupted ({type(err).__name__})", log)
                 raise
         finally:
             job_budget.close()
