@@ -18,17 +18,9 @@ from dpstream.pipelines.config import jobfile
 from dpstream.pipelines.report import document
 from dpstream.pipelines.run import runner
 from dpstream.pipelines.run.publication import Publication
+from tests.pipelines.test_remote_output import SVT
 from tests.pipelines.test_runner import JOB, _events, _ledger
 
-SVT = """
-[[release]]
-kind = "svt"
-name = "alerts"
-metric = "count"
-maximum = 100
-threshold = 0.5
-sigma_threshold = 0.5
-"""
 QUIET = {"log": lambda _: None}
 
 
