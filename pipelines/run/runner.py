@@ -160,10 +160,11 @@ def run(
                 debit, written = _commit(job, job_budget, admission, states, options, beam_args, files, started_at,
                                          timings, pending, publication, started)
             except Exception as err:
-                _abandon(job_budget, admission, first_line(err), log)
-                if isinstance(err, RunError):
+                error = err if isinstance(err, RunError) else _pipeline_error(err)
+                _abandon(job_budget, admission, str(error), log)  # the one line the user sees, not the runner's wrapping
+                if error is err:
                     raise
-                raise _pipeline_error(err) from err
+                raise error from err
             except BaseException as err:  # Ctrl-C: the run ends unpublished too
                 _abandon(job_budget, admission, f"interrupted ({type(err).__name__})", log)
                 raise
