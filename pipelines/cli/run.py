@@ -110,6 +110,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
+    from dpstream.pipelines.planning.size import plan_size
     from dpstream.pipelines.run import runner
 
     try:
@@ -125,8 +126,8 @@ def _validate(args: argparse.Namespace) -> int:
         print(json.dumps({"epsilon": plan.epsilon, "delta": plan.delta,
                           "releases": [release_parameters(r) for r in plan.releases]}, indent=2))
         return EXIT_OK
-    print(f"{job.source}: valid; {job.window.count} windows, scope {job.privacy.scope!r}, "
-          f"epsilon={plan.epsilon:.6g} (target {job.privacy.epsilon:g}) at delta={plan.delta:g}")
+    print(f"{job.source}: valid; {job.window.count} windows, {plan_size(plan).describe()}, scope "
+          f"{job.privacy.scope!r}, epsilon={plan.epsilon:.6g} (target {job.privacy.epsilon:g}) at delta={plan.delta:g}")
     for number, text in enumerate(plan.describe().values(), 1):
         print(f"  {number}. {text}")
     return EXIT_OK

@@ -60,7 +60,7 @@ SECTIONS = {
     ),
     "release": ("kind", "name", "weight", *dict.fromkeys(key for keys in RELEASE_KEYS.values() for key in keys)),
     "output": ("path", "format"),
-    "beam": ("runner", "seed"),
+    "beam": ("runner", "seed", "max_memory_gb"),
 }
 REQUIRED = {
     "input": ("path", "user", "timestamp", "partition"),
@@ -96,10 +96,15 @@ class OutputSettings:
     format: str = "parquet"
 
 
+DEFAULT_MAX_MEMORY_GB = 8.0
+"""A DirectRunner run whose estimated memory (`planning.size`) is above this many GiB is refused before its debit."""
+
+
 @dataclass(frozen=True)
 class BeamSettings:
     runner: str = "DirectRunner"
     seed: int | None = None  # fixed noise seed: tests only, never for real releases
+    max_memory_gb: float = DEFAULT_MAX_MEMORY_GB  # the DirectRunner's estimated memory above which a run is refused
 
 
 @dataclass(frozen=True)
@@ -358,7 +363,11 @@ def _output(check: "_Checker", table: dict, base: str, job_name: str) -> OutputS
 def _beam(check: "_Checker", table: dict) -> BeamSettings:
     check.keys(table, "beam")
     seed = check.integer(table, "beam", "seed", default=None, minimum=0)
-    return BeamSettings(runner=check.text(table, "beam", "runner", default="DirectRunner"), seed=seed)
+    max_memory_gb = check.number(table, "beam", "max_memory_gb", default=DEFAULT_MAX_MEMORY_GB)
+    if not max_memory_gb > 0:
+        check.fail(f"beam.max_memory_gb must be a positive number of gigabytes, got {max_memory_gb!r}")
+    return BeamSettings(runner=check.text(table, "beam", "runner", default="DirectRunner"), seed=seed,
+                        max_memory_gb=max_memory_gb)
 
 
 # -- value checks ----------------------------------------------------------------------------------

@@ -14,23 +14,40 @@ from apache_beam.options.pipeline_options import (
     TestOptions,
 )
 
+from dpstream.pipelines.planning.size import PlanSize
 from dpstream.pipelines.run.errors import RunError
 
 _PORTABLE = ("PortableRunner", "FlinkRunner", "SparkRunner", "PrismRunner")
+_DIRECT = ("DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner")
+
+
+def runner_name(options: PipelineOptions) -> str:
+    runner = options.view_as(StandardOptions).runner or "DirectRunner"
+    return runner if isinstance(runner, str) else type(runner).__name__
+
+
+def check_memory(size: PlanSize, options: PipelineOptions, limit_gb: float) -> None:
+    """RunError (exit 2) when a DirectRunner run's estimated memory is above `limit_gb` GiB ([beam] max_memory_gb).
+
+    Cluster runners spread the rows over their workers, so only the in-process runner is refused."""
+    if runner_name(options) not in _DIRECT or size.memory_bytes <= limit_gb * 2**30:
+        return
+    raise RunError(f"the plan writes {size.describe()}, above [beam] max_memory_gb = {limit_gb:g}: raise it if this "
+                   f"machine has the memory, shorten the window range or list fewer partitions, or run on a cluster "
+                   f"runner (-- --runner=DataflowRunner or FlinkRunner); nothing was debited")
 
 
 def check_runner(options: PipelineOptions) -> None:
     """RunError (exit 2) for runner options that cannot produce a published run."""
     try:
-        runner = options.view_as(StandardOptions).runner or "DirectRunner"
+        name = runner_name(options)
         direct = options.view_as(DirectOptions)
         portable = options.view_as(PortableOptions)
         cloud = options.view_as(GoogleCloudOptions)
         dry_run = options.view_as(TestOptions).dry_run
     except SystemExit as err:  # argparse rejects a malformed value by exiting
         raise RunError("Beam options after --: a value is malformed (see the line above); nothing was debited") from err
-    name = runner if isinstance(runner, str) else type(runner).__name__
-    if name in ("DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner"):
+    if name in _DIRECT:
         workers = direct.direct_num_workers
         if workers is not None and workers < 0:
             raise RunError(f"--direct_num_workers must be 0 (one per core) or more, got {workers}; nothing was debited")

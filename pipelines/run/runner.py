@@ -5,7 +5,7 @@ into the same typed specs, and the budget plans, builds the private transforms a
 Order matters for privacy and for the budget (DESIGN.md §1, §6; docs/proofs/pipelines.run.budget.Budget.md):
 1. everything that needs no private data is checked first: the job file, and every noise scale planned from
    public values only (`Budget`, from `planning.plan_job`); input files and headers; the runner and its options
-   (`preflight`); the output directory (`Publication`: not a published run unless --overwrite, not in use by
+   (`preflight`), and the memory the plan's rows need against [beam] max_memory_gb (`planning.size`); the output directory (`Publication`: not a published run unless --overwrite, not in use by
    another run, writable);
 2. the pipeline is built (reading nothing): events -> the budget's transforms -> one file per release, all in a
    private staging directory;
@@ -45,12 +45,13 @@ from dpstream.connectors.readers import check_input
 from dpstream.connectors.writers import release_path, write_rows
 from dpstream.pipelines.config.jobfile import PUBSUB, Job
 from dpstream.pipelines.planning import JobPlan
+from dpstream.pipelines.planning.size import plan_size
 from dpstream.pipelines.report import document as report
 from dpstream.pipelines.run import streaming as streaming_io
 from dpstream.pipelines.run.budget import Admission, Budget, Debit
 from dpstream.pipelines.run.errors import EXIT_ERROR, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_REFUSED, RunError
 from dpstream.pipelines.run.lease import LeaseKeeper
-from dpstream.pipelines.run.preflight import check_runner
+from dpstream.pipelines.run.preflight import check_memory, check_runner
 from dpstream.pipelines.run.publication import Publication
 
 _COMMIT_ATTEMPTS = 5
@@ -123,7 +124,7 @@ def run(
     started = time.perf_counter()
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     timings: dict[str, float] = {}
-    validate(job)
+    job_plan = validate(job)
     streaming = job.input.format == PUBSUB
     if max_seconds is not None and not (streaming and max_seconds > 0):
         raise RunError(f"{job.source}: max_seconds must be a positive number of seconds and applies to streaming "
@@ -132,6 +133,7 @@ def run(
     output_dir = os.path.abspath(output_dir) if is_local(output_dir) else output_dir
     options = beam_options(job, beam_args)
     check_runner(options)
+    check_memory(plan_size(job_plan), options, job.beam.max_memory_gb)
     timings["plan_s"] = time.perf_counter() - started
     job_budget = budget(job, ledger_url, state_dir=None if is_local(output_dir) else output_dir,
                         lease_seconds=lease_seconds)

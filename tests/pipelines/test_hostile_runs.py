@@ -115,6 +115,12 @@ CASES = [
          job=_replace("start = 2013-01-01\nend = 2013-01-04", "start = 9999-01-01\nend = 9999-01-04")),
     Case("10^7 windows", 2, r"the window range holds 14204160 windows, more than window\.max_count = 100000",
          job=_replace('size = "1d"\nstart = 2013-01-01\nend = 2013-01-04', 'size = "1m"\nstart = 2013-01-01\nend = 2040-01-04')),
+    Case("10^5 windows x 5,000 partitions on the DirectRunner", 2,
+         r"the plan writes 496,800,000 output rows \(about \d+\.\d GB on the DirectRunner\), above \[beam\] "
+         r"max_memory_gb = 8: raise it",
+         job=lambda text: text.replace('size = "1d"\nstart = 2013-01-01\nend = 2013-01-04',
+                                       'size = "1m"\nstart = 2013-01-01\nend = 2013-03-11').replace(
+             'partitions = ["A", "B", "NA"]', f"partitions = {[f'p{i}' for i in range(5000)]}".replace("'", '"'))),
     Case("epsilon = 1e-300", 2, r"privacy\.epsilon must lie in \[0\.0001, 1000\]", job=_replace("epsilon = 4.0", "epsilon = 1e-300")),
     Case("epsilon = 1e308", 2, r"privacy\.epsilon must lie in \[0\.0001, 1000\]", job=_replace("epsilon = 4.0", "epsilon = 1e308")),
     Case("max_value = 1e300", 2, r"max\(\|min_value\|, \|max_value\|\) must be 0 or lie in \[2\*\*-256, 2\*\*256\]",
