@@ -46,6 +46,7 @@ test: lint
 audit: dev-install
 	DPSTREAM_AUDIT=long $(PY) -m pytest -q -s tests/falsification/test_run_audit.py
 	DPSTREAM_FUZZ_EXAMPLES=3000 $(PY) -m pytest -q tests/connectors/test_reader_fuzz.py tests/pipelines/test_jobfile_fuzz.py
+	DPSTREAM_FUZZ_EXAMPLES=300 $(PY) -m pytest -q tests/pipelines/test_run_fuzz.py
 
 bench: bench-install
 	$(PY) -m benchmarks
