@@ -175,7 +175,33 @@ class EventFilter(PrivacyFilter):
         self._apply(new_state)
         return True
 
+    def cost_terms(self, event: Event) -> dict[str, float]:
+        """What admitting `event` would take, in the filter's own units (e.g. {"epsilon": 0.5, "delta": 1e-7});
+        infinite where no finite price exists. Public: a function of the event and the filter's parameters."""
+        raise NotImplementedError(f"{type(self).__name__} does not state its costs")
+
+    def left_terms(self) -> dict[str, float]:
+        """What the filter has left, in the units of `cost_terms` (rounded down)."""
+        raise NotImplementedError(f"{type(self).__name__} does not state what it has left")
+
     def _unsupported(self, leaf: Event, allowed: str) -> UnsupportedByFilterError:
         return UnsupportedByFilterError(
             f"{type(self).__name__} cannot price {type(leaf).__name__} events; allowed: {allowed}, got {leaf!r}"
         )
+
+
+def terms_text(terms: dict[str, float]) -> str:
+    """{"epsilon": 0.5, "delta": 1e-07} -> "epsilon=0.5, delta=1e-07" (6 significant digits)."""
+    return ", ".join(f"{name}={value:.6g}" for name, value in terms.items())
+
+
+def float_up(value: Fraction) -> float:
+    """The float nearest to `value` at or above it."""
+    rounded = float(value)
+    return math.nextafter(rounded, math.inf) if Fraction(rounded) < value else rounded
+
+
+def float_down(value: Fraction) -> float:
+    """The float nearest to `value` at or below it."""
+    rounded = float(value)
+    return math.nextafter(rounded, -math.inf) if Fraction(rounded) > value else rounded

@@ -133,6 +133,15 @@ class GDPFilter(EventFilter):
     def _load_state(self, state: Mapping[str, Any]) -> None:
         self._remaining = float(state["remaining_mu"])
 
+    def cost_terms(self, event: Event) -> dict[str, float]:
+        """The release's GDP mu (the residue filter may keep more budget than mu^2 less this mu^2)."""
+        gaussian_sq, pure = _gdp_leaves(self, self._leaves(event))
+        return {"mu": _up(math.sqrt(_up(gaussian_sq + sum(count * _up(randomized_response_mu(eps) ** 2)
+                                                          for eps, count in pure))))}
+
+    def left_terms(self) -> dict[str, float]:
+        return {"mu": self._remaining}
+
     def _charge(self, leaves: Mapping[Event, int]) -> float | None:
         gaussian_sq, pure = _gdp_leaves(self, leaves)
         cost_sq = _up(gaussian_sq + sum(count * _up(randomized_response_mu(eps) ** 2) for eps, count in pure))

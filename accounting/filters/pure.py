@@ -19,6 +19,8 @@ from dpstream.accounting.filters.base import (
     check_budget,
     check_delta,
     exact_decimal,
+    float_down,
+    float_up,
     fraction_from_json,
     fraction_to_json,
 )
@@ -114,6 +116,13 @@ class PureDPFilter(EventFilter):
 
     def _load_state(self, state: Mapping[str, Any]) -> None:
         self._spent = fraction_from_json(state["spent_epsilon"])
+
+    def cost_terms(self, event: Event) -> dict[str, float]:
+        total = pure_total(self._leaves(event))
+        return {"epsilon": math.inf if total is None else float_up(total)}
+
+    def left_terms(self) -> dict[str, float]:
+        return {"epsilon": float_down(self.remaining)}
 
     def _charge(self, leaves: Mapping[Event, int]) -> Fraction | None:
         total = pure_total(leaves)
@@ -219,6 +228,14 @@ class ApproxDPFilter(EventFilter):
 
         return min(candidates, key=share)
 
+    def cost_terms(self, event: Event) -> dict[str, float]:
+        epsilon, delta = self.price(self._leaves(event))
+        return {"epsilon": math.inf if epsilon is None else float_up(epsilon), "delta": float_up(delta)}
+
+    def left_terms(self) -> dict[str, float]:
+        return {"epsilon": float_down(exact_decimal(self.epsilon) - self._spent_epsilon),
+                "delta": float_down(exact_decimal(self.delta) - self._spent_delta)}
+
     def _charge(self, leaves: Mapping[Event, int]) -> tuple[Fraction, Fraction] | None:
         epsilon, delta = self.price(leaves)
         if epsilon is None:
@@ -230,3 +247,4 @@ class ApproxDPFilter(EventFilter):
 
     def _apply(self, new_state: tuple[Fraction, Fraction]) -> None:
         self._spent_epsilon, self._spent_delta = new_state
+

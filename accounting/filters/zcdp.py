@@ -20,6 +20,8 @@ from dpstream.accounting.filters.base import (
     check_budget,
     check_delta,
     exact_decimal,
+    float_down,
+    float_up,
     fraction_from_json,
     fraction_to_json,
 )
@@ -84,6 +86,21 @@ class _ZCDPSum(EventFilter):
     def _load_state(self, state: Mapping[str, Any]) -> None:
         self._spent_rho = fraction_from_json(state["spent_rho"])
         self._spent_delta = fraction_from_json(state["spent_delta"])
+
+    def cost_terms(self, event: Event) -> dict[str, float]:
+        rho = delta = Fraction(0)
+        for leaf, count in self._leaves(event).items():
+            cost = zcdp_cost(leaf)
+            if cost is None:
+                return {"rho": math.inf, "delta": math.inf}
+            rho, delta = rho + count * cost[0], delta + count * cost[1]
+        terms = {"rho": float_up(rho), "delta": float_up(delta)}
+        return terms if self._accepts_delta() else {"rho": terms["rho"]}
+
+    def left_terms(self) -> dict[str, float]:
+        terms = {"rho": float_down(self._rho_budget - self._spent_rho),
+                 "delta": float_down(self._delta_budget - self._spent_delta)}
+        return terms if self._accepts_delta() else {"rho": terms["rho"]}
 
     def _charge(self, leaves: Mapping[Event, int]) -> tuple[Fraction, Fraction] | None:
         rho, delta = self._spent_rho, self._spent_delta

@@ -17,6 +17,7 @@ import sqlalchemy as sa
 
 from dpstream.accounting.events import Event, InvalidEventError
 from dpstream.accounting.filters import EventFilter, PrivacyFilter
+from dpstream.accounting.filters.base import terms_text
 from dpstream.accounting.ledger.errors import LedgerError
 from dpstream.accounting.ledger.periods import Periods, period_runs
 from dpstream.accounting.ledger.records import largest_spent, scope_config
@@ -105,8 +106,9 @@ def _decide_plain(tables: Tables, row: sa.Row, event: Event, label: str) -> Deci
     if was_halted:
         refusal = f"refused: scope {scope!r} has halted ({row.filter_kind} filter); release {label!r} not recorded"
     else:
-        refusal = (f"refused: release {label!r} would exceed the budget of scope {scope!r} ({row.filter_kind} "
-                   f"filter, epsilon={row.epsilon:g}, delta={row.delta:g})"
+        refusal = (f"refused: release {label!r} would exceed the budget of scope {scope!r}: it costs "
+                   f"{terms_text(budget_filter.cost_terms(event))} and the scope has {terms_text(budget_filter.left_terms())} left "
+                   f"({row.filter_kind} filter, epsilon={row.epsilon:g}, delta={row.delta:g})"
                    + ("; the scope has now halted" if budget_filter.halted else ""))
     return Decision(False, refusal, write)
 
@@ -124,7 +126,7 @@ def _decide_periods(tables: Tables, conn: sa.Connection, row: sa.Row, event: Eve
         .order_by(tables.periods.c.period)
         .with_for_update())}
     fresh = json.dumps(template)
-    decisions: dict[str, tuple[bool, bool, PrivacyFilter]] = {}  # state -> (admitted, was halted, filter after)
+    decisions: dict[str, tuple[bool, bool, EventFilter]] = {}  # state -> (admitted, was halted, filter after)
     for period in periods.indices():
         state = stored[period].filter_state if period in stored else fresh
         if state not in decisions:
@@ -132,7 +134,7 @@ def _decide_periods(tables: Tables, conn: sa.Connection, row: sa.Row, event: Eve
             was_halted = budget_filter.halted
             decisions[state] = (_try_spend(row, budget_filter, event), was_halted, budget_filter)
 
-    def decision(period: int) -> tuple[bool, bool, PrivacyFilter]:
+    def decision(period: int) -> tuple[bool, bool, EventFilter]:
         return decisions[stored[period].filter_state if period in stored else fresh]
 
     refused = [p for p in periods.indices() if not decision(p)[0]]
@@ -161,9 +163,13 @@ def _decide_periods(tables: Tables, conn: sa.Connection, row: sa.Row, event: Eve
         refusal = (f"refused: release {label!r} touches {len(refused)} halted period(s) of scope {scope!r} "
                    f"({where}; {row.filter_kind} filter); nothing was debited")
     else:
+        fullest = min((decision(p)[2] for p in refused if not decision(p)[1]),
+                      key=lambda f: tuple(f.left_terms().values()))
         refusal = (f"refused: release {label!r} would exceed the budget of scope {scope!r} in {len(refused)} of its "
                    f"{periods.count} periods ({where}; {row.filter_kind} filter, epsilon={row.epsilon:g}, "
-                   f"delta={row.delta:g} per {duration_text(periods.seconds)} period); nothing was debited"
+                   f"delta={row.delta:g} per {duration_text(periods.seconds)} period): it costs "
+                   f"{terms_text(fullest.cost_terms(event))} per period, and the fullest of those periods has "
+                   f"{terms_text(fullest.left_terms())} left; nothing was debited"
                    + (f"; {len(halting)} period(s) have now halted" if halting else ""))
     return Decision(False, refusal, record_halts)
 
@@ -175,7 +181,7 @@ class _PeriodWriter:
     tables: Tables
     scope: str
     stored: dict[int, sa.Row]
-    decision: Callable[[int], tuple[bool, bool, PrivacyFilter]]
+    decision: Callable[[int], tuple[bool, bool, EventFilter]]
 
     def __call__(self, conn: sa.Connection, which: list[int], count: bool) -> None:
         periods, now = self.tables.periods, now_text()
@@ -196,3 +202,4 @@ class _PeriodWriter:
                 updates)
         if inserts:
             conn.execute(periods.insert(), inserts)
+

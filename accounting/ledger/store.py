@@ -19,8 +19,8 @@ from sqlalchemy import event as sa_event
 from sqlalchemy.engine import make_url
 
 from dpstream.accounting.events import Event
-from dpstream.accounting.filters import SCOPE_FILTERS, PrivacyFilter, default_scope_filter, scope_filter
-from dpstream.accounting.ledger.decisions import decide, inserted_id, now_text
+from dpstream.accounting.filters import SCOPE_FILTERS, EventFilter, PrivacyFilter, default_scope_filter, scope_filter
+from dpstream.accounting.ledger.decisions import check_periods, decide, inserted_id, now_text
 from dpstream.accounting.ledger.errors import LedgerConflict, LedgerError, UnknownScopeError
 from dpstream.accounting.ledger.periods import Periods, check_unit_period, period_runs
 from dpstream.accounting.ledger.records import (
@@ -584,6 +584,23 @@ class Ledger:
         return digest.hexdigest()
 
     # -- views --------------------------------------------------------------------------------------
+
+    def deciding_filters(self, scope: str, periods: Periods | None = None) -> list[EventFilter]:
+        """The filters that would decide a release on `scope` now: the scope's, or one per distinct state among
+        the periods touched (a period without a row has the fresh template). A release is admitted iff every
+        one admits it. Reads without taking the write lock; for messages and what-ifs, never for a decision."""
+        with self._reading() as conn:
+            row = self._scope_row(conn, scope)
+            check_periods(row, periods)
+            _, config = scope_config(row)
+            if periods is None:
+                return [EventFilter.from_dict(config)]
+            stored = [r.filter_state for r in conn.execute(
+                sa.select(self.periods.c.filter_state)
+                .where((self.periods.c.scope == scope)
+                       & (self.periods.c.period >= periods.first) & (self.periods.c.period <= periods.last)))]
+        states = set(stored) | ({json.dumps(config)} if len(stored) < periods.count else set())
+        return [EventFilter.from_dict(json.loads(state)) for state in sorted(states)]
 
     def show(self, scope: str) -> ScopeView:
         """The scope's public view: budget, filter rule and state, release count, monitors (halted or not, and

@@ -20,6 +20,7 @@ from datetime import datetime, timezone
 from dpstream.accounting.event_spec import KINDS, parse_event
 from dpstream.accounting.events import InvalidEventError, SelfComposed
 from dpstream.accounting.filters import SCOPE_FILTERS
+from dpstream.accounting.filters.base import terms_text
 from dpstream.accounting.ledger import (
     DEFAULT_URL,
     LEDGER_ENV,
@@ -205,6 +206,7 @@ def _show(args: argparse.Namespace) -> int:
     with Ledger(args.ledger, on_wait=_tell) as ledger:
         view = ledger.show(args.scope)
         periods = None if view.unit_period is None else ledger.period_states(args.scope)
+        left = None if view.unit_period is not None else terms_text(ledger.deciding_filters(args.scope)[0].left_terms())
     if args.json:
         content = view.to_dict()
         print(json.dumps(content if periods is None else {**content, "periods": periods}, indent=2))
@@ -216,6 +218,7 @@ def _show(args: argparse.Namespace) -> int:
     print(f"  rule: {view.rule}")
     state = ", ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in view.state.items())
     print(f"  state: {state}")
+    print(f"  left: {left}")
     print(f"  releases: {view.releases}{'  (halted)' if view.halted else ''}")
     for monitor in view.monitors:
         print(f"  {_monitor_line(monitor)}")

@@ -20,6 +20,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from dpstream.connectors import readers, writers
 from dpstream.pipelines.config.specs import (
+    EPSILON_RANGE,
+    MAX_DELTA,
     MAX_WINDOWS,
     ContributionBounds,
     HistogramSpec,
@@ -69,8 +71,6 @@ REQUIRED = {
     "release": ("kind", "name"),
 }
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")  # it names a file: at most 100 characters
-EPSILON_RANGE = (1e-4, 1e3)
-MAX_DELTA = 0.01
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")  # gs://bucket/dir, s3://..., hdfs://...: kept as given
 
 

@@ -29,6 +29,8 @@ def _require(condition: bool, message: str) -> None:
         raise SpecError(message)
 
 
+EPSILON_RANGE = (1e-4, 1e3)  # a job's epsilon: below, noise drowns every count; above, the guarantee is void
+MAX_DELTA = 0.01  # a job's largest delta
 MAX_WINDOWS = 100_000  # a window range holding more is refused unless window.max_count allows it
 FIRST_INSTANT, LAST_INSTANT = -62135596800.0, 221845392000.0  # 0001-01-01 and 9000-01-01, seconds since the epoch
 

@@ -52,12 +52,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from fractions import Fraction
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Any, Iterable, Iterator
 
 import apache_beam as beam
 
 from dpstream.accounting.events import Composed, Event
+from dpstream.accounting.filters import ApproxDPFilter, EventFilter
 from dpstream.accounting.ledger import (
     DEFAULT_LEASE_SECONDS,
     PUBLISHED,
@@ -73,7 +74,7 @@ from dpstream.accounting.ledger import (
 )
 from dpstream.accounting.text import duration_text, first_line, instant_text
 from dpstream.connectors.files import is_local, join, read_bytes, remove_file, remove_tree, write_bytes
-from dpstream.pipelines.config.specs import ContributionBounds, ReleaseSpec, WindowSpec
+from dpstream.pipelines.config.specs import EPSILON_RANGE, ContributionBounds, ReleaseSpec, WindowSpec
 from dpstream.pipelines.mechanisms.monitor import SparseVectorMonitor
 from dpstream.pipelines.planning import JobPlan, PlanningError, SvtPlan, plan_job
 from dpstream.pipelines.run.errors import EXIT_REFUSED, RunError
@@ -209,8 +210,50 @@ class Budget:
                                      lease_seconds=self.lease_seconds)
             display_url = ledger.display_url
         if not ticket.admitted or ticket.run_id is None:
-            raise RunError(ticket.message, EXIT_REFUSED)
+            raise RunError(f"{ticket.message}; {self._refusal_fix(periods, continued)}", EXIT_REFUSED)
         return Admission(display_url, self.scope, ticket.run_id, label, ticket.message, event, periods, note)
+
+    def _refusal_fix(self, periods: Periods | None, continued: frozenset[str]) -> str:
+        """What would be admitted instead: the largest job epsilon the scope admits now (same delta, bounds and
+        releases, within 0.4% and rounded down to 3 significant digits: it is admitted), and for an approx scope that prices runs at a smaller
+        delta than the job's, how to price them at the job's own. Public values only."""
+        with self._ledger("nothing was debited") as ledger:
+            filters = ledger.deciding_filters(self.scope, periods)
+
+        @lru_cache(maxsize=None)
+        def admitted(epsilon: float) -> bool:
+            try:
+                plan = plan_job(self.releases, self.bounds, self.window, epsilon, self.delta, self.unit_period)
+            except PlanningError:
+                return False
+            event = Composed(tuple(plan.events(continued)))
+            return all(f.admits(event) for f in filters)
+
+        fix = self._price_hint(filters)
+        event = Composed(tuple(self.plan.events(continued)))
+        guess = 0.9 * self.epsilon * min(
+            (left / cost for f in filters for cost, left in zip(f.cost_terms(event).values(), f.left_terms().values())
+             if cost > 0), default=1.0)  # costs grow about linearly with epsilon: a guess just below the answer
+        lowest, highest = (guess, self.epsilon) if EPSILON_RANGE[0] < guess < self.epsilon and admitted(guess) else (
+            EPSILON_RANGE[0], self.epsilon)
+        if not admitted(lowest):
+            return fix + (f"no privacy.epsilon down to {lowest:g} fits what the scope has left: use a new scope "
+                          f"(`dpstream budget init --scope NAME ...`)")
+        while highest / lowest > 1 + 4e-3:
+            middle = math.sqrt(lowest * highest)
+            lowest, highest = (middle, highest) if admitted(middle) else (lowest, middle)
+        suggestion = _round_down(lowest, 3)
+        return fix + f"privacy.epsilon = {suggestion:g} or less fits (this run asks for {self.epsilon:g})"
+
+    def _price_hint(self, filters: list[EventFilter]) -> str:
+        """For an approx scope whose release_delta is below the job's delta, the scope option that prices a run at
+        the job's own delta (the default release_delta is a tenth of the scope's delta)."""
+        priced = {f.release_delta for f in filters if isinstance(f, ApproxDPFilter)}
+        if priced and max(priced) < self.delta:
+            return (f"the scope prices each run at delta={max(priced):g}, below this job's delta={self.delta:g}, "
+                    f"which costs more epsilon; a scope made with `--filter approx:release_delta={self.delta:g}` "
+                    f"prices it at the job's own delta; ")
+        return ""
 
     def renew(self, admission: Admission) -> None:
         """Extend the run's leases (`LeaseKeeper` calls this while the pipeline runs)."""
@@ -462,3 +505,9 @@ def seal_state(states: list, path: str) -> None:
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
         json.dump(states[0], handle)
+
+
+def _round_down(value: float, digits: int) -> float:
+    """`value` rounded down to `digits` significant digits."""
+    scale = 10.0 ** (digits - 1 - math.floor(math.log10(value)))
+    return math.floor(value * scale * (1 - 1e-12)) / scale
