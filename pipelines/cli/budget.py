@@ -63,7 +63,13 @@ def register(subparsers) -> None:
     common.add_argument("--ledger", metavar="URL", help=f"ledger database URL (default: ${LEDGER_ENV} or {DEFAULT_URL})")
     common.add_argument("--scope", required=True, help="budget scope name")
 
-    init = actions.add_parser("init", parents=[common], help="create a scope with a total (epsilon, delta)")
+    init = actions.add_parser(
+        "init", parents=[common], help="create a scope with a total (epsilon, delta)",
+        description="Create a budget scope: a dataset and privacy unit with a total (epsilon, delta) that every "
+                    "release on it is debited from, under an admission rule (--filter). A scope is never reset or "
+                    "replaced: init refuses a name that exists. With delta > 0 the default filter is approx, which "
+                    "prices each run at release_delta (default a tenth of DELTA, so that ten runs fit); a job whose "
+                    "own delta is larger costs more epsilon there: give --filter approx:release_delta=JOB_DELTA.")
     init.add_argument("--epsilon", type=float, required=True, help="total epsilon of the scope (> 0)")
     init.add_argument("--delta", type=float, required=True, help="total delta of the scope, in [0, 1)")
     init.add_argument("--filter", metavar="F", help=FILTER_HELP)
@@ -76,7 +82,12 @@ def register(subparsers) -> None:
     )
     init.set_defaults(handler=_init)
 
-    show = actions.add_parser("show", parents=[common], help="show a scope's budget and what it has spent")
+    show = actions.add_parser(
+        "show", parents=[common], help="show a scope's budget and what it has spent",
+        description="Show a scope: its total (epsilon, delta), its filter's rule and state, what is left (in the "
+                    "filter's units), its release count and its svt monitors (running or halted, and the run leasing "
+                    "each). A period scope shows its period length and the most spent in any one period. Reads "
+                    "without taking the ledger's write lock.")
     show.add_argument("--json", action="store_true", help="print JSON")
     show.set_defaults(handler=_show)
 
@@ -195,6 +206,10 @@ def _init(args: argparse.Namespace) -> int:
         view = ledger.init_scope(args.scope, args.epsilon, args.delta, args.filter, unit_period=unit_period)
     if view.unit_period is None:
         print(f"created scope {view.scope!r}: epsilon={view.epsilon:g}, delta={view.delta:g}; {view.rule}")
+        release_delta = view.state.get("release_delta")
+        if isinstance(release_delta, float) and release_delta < view.delta:
+            print(f"  a job is priced at delta={release_delta:g}; a job with a larger delta costs more epsilon here: "
+                  f"for jobs with delta D, create the scope with --filter approx:release_delta=D")
     else:
         print(f"created period scope {view.scope!r}: epsilon={view.epsilon:g}, delta={view.delta:g} "
               f"per {duration_text(view.unit_period)} period; {view.rule}")
