@@ -12,10 +12,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import StrEnum
+from fractions import Fraction
 from typing import ClassVar, TypeVar, Union
 
 import numpy as np
 
+from dpstream.accounting.text import duration_text, instant_text
 from dpstream.pipelines.config.times import duration_seconds, instant_seconds
 from dpstream.pipelines.mechanisms.fixedpoint import MAX_CONTRIBUTIONS, to_units, value_quantum
 
@@ -33,6 +35,20 @@ EPSILON_RANGE = (1e-4, 1e3)  # a job's epsilon: below, noise drowns every count;
 MAX_DELTA = 0.01  # a job's largest delta
 MAX_WINDOWS = 100_000  # a window range holding more is refused unless window.max_count allows it
 FIRST_INSTANT, LAST_INSTANT = -62135596800.0, 221845392000.0  # 0001-01-01 and 9000-01-01, seconds since the epoch
+
+
+def _require_window_boundary(start: float, end: float, step: float) -> None:
+    """window.end must be start + k * step (k >= 1), so the last window starts at end - step: a fixed window then
+    ends exactly at `end`, and no window starts past it. Otherwise refused, naming the two nearest valid ends."""
+    if not (math.isfinite(step) and step > 0 and end > start):
+        return  # reported by the checks of each value
+    steps = Fraction(end - start) / Fraction(step)
+    if steps.denominator == 1:
+        return
+    below, above = (start + k * step for k in (math.floor(steps), math.ceil(steps)))
+    nearest = " or ".join(instant_text(e) for e in (below, above) if e > start)
+    raise SpecError(f"window.end {instant_text(end)} is not a window boundary: windows of {duration_text(step)} "
+                    f"from {instant_text(start)} would run past it; set window.end to {nearest}")
 
 
 @dataclass(frozen=True)
@@ -73,6 +89,7 @@ class WindowSpec:
                  "window.start and window.end must lie between 0001-01-01 and 9000-01-01")
         _require(isinstance(self.max_count, int) and self.max_count >= 1,
                  f"window.max_count must be a positive integer, got {self.max_count!r}")
+        _require_window_boundary(self.start, self.end, self.step)
         windows = math.ceil((self.end - self.start) / self.step)
         _require(windows <= self.max_count,
                  f"the window range holds {windows} windows, more than window.max_count = {self.max_count}; each "

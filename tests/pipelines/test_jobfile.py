@@ -63,6 +63,13 @@ def test_defaults_and_relative_paths(tmp_path):
         ('size = "1d"', 'size = "1 day"', "window.size must be a positive duration such as \"1d\", \"6h\", \"30m\" or seconds, got '1 day'"),
         ("end = 2013-01-04", 'end = "2013-02-30"', "window.end must be an ISO 8601 date or date-time such as 2013-01-01, got '2013-02-30'"),
         ("end = 2013-01-04", "end = 2012-12-01", "window.end must be after window.start"),
+        ("end = 2013-01-04", "end = 2013-01-04T12:00:00", "window.end 2013-01-04T12:00:00Z is not a window boundary: "
+         "windows of 1d from 2013-01-01T00:00:00Z would run past it; set window.end to 2013-01-04T00:00:00Z or "
+         "2013-01-05T00:00:00Z"),
+        ('size = "1d"', 'size = "1d"\nperiod = "2d"', "window.period must lie in (0, window.size=86400.0]"),
+        ('size = "1d"', 'size = "7d"\nperiod = "2d"', "window.end 2013-01-04T00:00:00Z is not a window boundary: "
+         "windows of 2d from 2013-01-01T00:00:00Z would run past it; set window.end to 2013-01-03T00:00:00Z or "
+         "2013-01-05T00:00:00Z"),
         ("epsilon = 1.0", "epsilon = -1", "privacy.epsilon must lie in [0.0001, 1000], got -1.0"),
         ("delta = 1e-6", "delta = 1", "privacy.delta must lie in (0, 0.01], got 1.0"),
         ("delta = 1e-6", "delta = 1e-6\nmax_partitions = 1.5", "privacy.max_partitions must be a positive integer, got 1.5"),
