@@ -5,7 +5,7 @@ so a job that would exhaust the machine fails in a second instead of after an ho
 
 Rows per release: a histogram over public partitions writes one row per partition and window; one over partitions
 selected privately writes a data-dependent number (at most one per input (window, partition) cell), which no
-plan can know; top-k writes k per window; peak one per period; svt one per window plus the halting row.
+plan can know; top-k writes k per window; peak one per period; svt one per window.
 
 Memory, measured on the DirectRunner in-process (python -m pytest tests/pipelines/test_plan_size.py -s prints a
 measurement; Python 3.11, Beam 2.x): a process that imported Beam holds about 230 MB; a known-partition histogram
@@ -63,7 +63,7 @@ def _rows(release: ReleasePlan, windows: int) -> int | None:
         return windows * release.spec.k
     if isinstance(release, PeakPlan):
         return len(release.period_sizes)
-    return windows + 1  # svt: one row per window, and the row where the monitor halts
+    return windows  # svt: one row per window
 
 
 def plan_size(plan: JobPlan) -> PlanSize:

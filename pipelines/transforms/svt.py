@@ -29,9 +29,9 @@ the release sets `persist_threshold`, an instance still open then is closed
 first (`SparseVectorMonitor.close`, charged its BOT^t ex-post loss), so no
 noisy threshold is at rest between runs.
 
-Outputs per window: release, window_start, window_end, alert, halted, note
-(""), plus one row with note "halted: budget exhausted" (alert false, halted
-true) at the window where the filter refused a new instance.
+Outputs: one row per window: release, window_start, window_end, alert, halted,
+note; the note is "halted: budget exhausted" (alert false, halted true) at the
+window where the filter refused a new instance, and "" elsewhere.
 
 Privacy and Proof: the monitor's (docstring of SparseVectorMonitor, proof note
 docs/proofs/pipelines.mechanisms.monitor.SparseVectorMonitor.md): the whole output over all runs is
@@ -138,7 +138,7 @@ class MonitorRun:
         return self.next_index >= self._window.count
 
     def answer(self, index: int, value: float) -> list[dict[str, Any]]:
-        """Rows for window `index` (which must be next in line)."""
+        """The row of window `index` (which must be next in line), as a one-element list."""
         if index != self.next_index:
             raise ValueError(f"MonitorRun.answer: window {index} is out of order; next is {self.next_index}")
         was_halted = self.monitor.halted
@@ -147,7 +147,7 @@ class MonitorRun:
         row = {"release": self._plan.name, "window_start": start, "window_end": end, "alert": output.alert,
                "halted": output.halted, "note": ""}
         if output.halted and not was_halted:
-            return [row, {**row, "note": HALTED_NOTE}]
+            row["note"] = HALTED_NOTE
         return [row]
 
     def seal(self) -> dict[str, Any]:

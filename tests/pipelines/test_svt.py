@@ -129,10 +129,11 @@ def test_halted_row_when_the_filter_refuses():
     plan = plan_job((release,), BOUNDS, window, 1.5, 1e-6)
     run = MonitorRun(plan.releases[0], window, None, SEED)
     rows = [row for index in range(window.count) for row in run.answer(index, 1.0)]
-    notes = [r for r in rows if r["note"]]
-    assert len(notes) == 1 and notes[0]["note"] == HALTED_NOTE and notes[0]["halted"] and not notes[0]["alert"]
-    halted_from = next(i for i, r in enumerate(r for r in rows if not r["note"]) if r["halted"])
-    assert 0 < halted_from < window.count and all(r["halted"] for r in rows[halted_from + 1:])
+    assert len(rows) == window.count and len({r["window_start"] for r in rows}) == window.count  # each window once
+    notes = [i for i, r in enumerate(rows) if r["note"]]
+    halted_from = next(i for i, r in enumerate(rows) if r["halted"])
+    assert notes == [halted_from] and rows[halted_from]["note"] == HALTED_NOTE and not rows[halted_from]["alert"]
+    assert 0 < halted_from < window.count and all(r["halted"] for r in rows[halted_from:])
 
 
 def test_window_query_share_count_sum():
