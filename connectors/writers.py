@@ -4,7 +4,8 @@ A release is small (one row per window and partition at most), so it is
 written as one file. Rows are sorted on every column first, so the same
 release always gives the same bytes. Rows are plain dicts of str, int, float
 or bool values (None allowed); lists (e.g. a top-k list) are kept as lists in
-Parquet and JSONL and written as JSON text in CSV.
+Parquet and JSONL and written as JSON text in CSV. Window and period bounds
+(ISO 8601 UTC strings in the rows) are timestamp[us, UTC] columns in Parquet.
 
 Every file goes through `dpstream.connectors.files` (Apache Beam's `FileSystems`), so a path may be local or
 any scheme the workers' Beam installation supports: the writers run inside Beam workers, which on a cluster
@@ -17,6 +18,7 @@ import json
 from typing import Any, Iterable
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
@@ -64,12 +66,25 @@ def write_rows(rows: Iterable[dict[str, Any]], path: str, fmt: str = "parquet") 
     else:
         sink = pa.BufferOutputStream()
         if fmt == "parquet":
-            pq.write_table(table, sink)
+            pq.write_table(_times_as_timestamps(table), sink)
         else:
             pacsv.write_csv(_lists_as_json(table), sink)
         data = sink.getvalue().to_pybytes()
     write_bytes(path, data)
     return table.num_rows
+
+
+TIME_COLUMNS = ("window_start", "window_end", "period_start", "period_end")
+"""Window and period bounds: ISO 8601 UTC strings in rows, JSON lines and CSV; timestamp[us, UTC] in Parquet."""
+
+
+def _times_as_timestamps(table: pa.Table) -> pa.Table:
+    for name in TIME_COLUMNS:
+        if name in table.column_names and pa.types.is_string(table.schema.field(name).type):
+            naive = pc.replace_substring_regex(table.column(name), r"\+00:00$", "")
+            stamps = pc.cast(pc.cast(naive, pa.timestamp("us")), pa.timestamp("us", tz="UTC"))
+            table = table.set_column(table.schema.get_field_index(name), name, stamps)
+    return table
 
 
 def _lists_as_json(table: pa.Table) -> pa.Table:

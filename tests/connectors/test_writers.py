@@ -34,3 +34,20 @@ def test_empty_release_and_unknown_format(tmp_path):
     with pytest.raises(ValueError, match=r"output.format must be one of \['parquet', 'csv', 'jsonl'\], got 'xml'"):
         write_rows(ROWS, str(tmp_path / "e.xml"), "xml")
     assert not list(tmp_path.glob(".writing-*"))
+
+
+def test_parquet_window_times_are_utc_timestamps(tmp_path):
+    """The same instants as the rows' ISO text, to the microsecond; JSON lines keep the text."""
+    from datetime import datetime, timezone
+
+    import pyarrow as pa
+
+    rows = [{"window_start": "2013-01-01T00:00:00+00:00", "window_end": "2013-01-01T00:01:30.250000+00:00",
+             "period_start": "2012-12-31T00:00:00+00:00", "value": 1.0}]
+    write_rows(rows, str(tmp_path / "a.parquet"), "parquet")
+    table = read_rows(str(tmp_path / "a.parquet"))
+    for name in ("window_start", "window_end", "period_start"):
+        assert table.schema.field(name).type == pa.timestamp("us", tz="UTC")
+        assert table.column(name)[0].as_py() == datetime.fromisoformat(rows[0][name]).astimezone(timezone.utc)
+    write_rows(rows, str(tmp_path / "a.jsonl"), "jsonl")
+    assert '"window_start": "2013-01-01T00:00:00+00:00"' in (tmp_path / "a.jsonl").read_text()
