@@ -1,8 +1,9 @@
 """Airflow DAG: one `dpstream run` per day, for the day that just ended.
 
-The job file is rendered per run so [window] start/end cover exactly that day (the ledger's scope keeps
-the budget across runs; svt monitors require each run to start where the last ended, so the DAG must not
-skip or overlap days: catchup on, max_active_runs 1). Exit code 3 (budget refused) fails the task.
+`--start/--end` set the window range from the DAG's data interval (the job file's own range is only the default),
+so a backfill of any day runs the same job file. svt monitors require each run to start where the last ended, so
+the DAG must not skip or overlap days: catchup on, max_active_runs 1. Exit code 3 (budget refused) fails the task;
+a failed run published nothing and was not debited, so a retry is charged once, when it publishes.
 Not executed here (no Airflow installed); syntax-checked only.
 """
 import pendulum
@@ -19,9 +20,8 @@ with DAG(
     BashOperator(
         task_id="dpstream_run",
         bash_command=(
-            "sed -e 's/@START@/{{ data_interval_start | ds }}/' -e 's/@END@/{{ data_interval_end | ds }}/' "
-            "/srv/dpstream/jobs/daily.toml.in > /tmp/dpstream-{{ ds }}.toml && "
-            "/srv/dpstream/.venv/bin/dpstream run /tmp/dpstream-{{ ds }}.toml "
+            "/srv/dpstream/.venv/bin/dpstream run /srv/dpstream/jobs/daily.toml "
+            "--start {{ data_interval_start | ds }} --end {{ data_interval_end | ds }} "
             "--output /srv/dpstream/output/{{ ds }} --ledger \"$DPSTREAM_LEDGER\""
         ),
     )

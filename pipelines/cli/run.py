@@ -15,6 +15,7 @@ import sys
 
 from dpstream.accounting.ledger import DEFAULT_LEASE_SECONDS, DEFAULT_URL, LEDGER_ENV
 from dpstream.pipelines.config import jobfile
+from dpstream.pipelines.config.times import RELATIVE_INSTANTS
 from dpstream.pipelines.run.errors import EXIT_ERROR, EXIT_OK, EXIT_PARTIAL  # no Beam import: the runner loads on use
 
 
@@ -47,6 +48,7 @@ def register(subparsers) -> None:
     run.add_argument("--lease-seconds", metavar="S", type=float, default=DEFAULT_LEASE_SECONDS,
                      help=f"how long a killed run keeps its svt monitors and output leased (default "
                           f"{DEFAULT_LEASE_SECONDS:g}; a live run renews its lease)")
+    _range_options(run)
     run.set_defaults(handler=_run, takes_beam_args=True)
 
     validate = subparsers.add_parser(
@@ -57,6 +59,7 @@ def register(subparsers) -> None:
     )
     validate.add_argument("job", metavar="JOB.toml")
     validate.add_argument("--json", action="store_true", help="print the plan as JSON")
+    _range_options(validate)
     validate.set_defaults(handler=_validate)
 
     demo = subparsers.add_parser(
@@ -66,6 +69,18 @@ def register(subparsers) -> None:
     )
     demo.add_argument("--output", metavar="DIR", help="output directory (default: ./dpstream-demo)")
     demo.set_defaults(handler=_demo, takes_beam_args=True)
+
+
+def _range_options(parser: argparse.ArgumentParser) -> None:
+    relative = ", ".join(RELATIVE_INSTANTS)
+    for flag, which in (("--start", "start"), ("--end", "end")):
+        parser.add_argument(flag, metavar="WHEN",
+                            help=f"window range {which} instead of the job file's: an ISO date or date-time, or a local "
+                                 f"midnight in the job's time zone: {relative} (e.g. --start yesterday --end today)")
+
+
+def _load(args: argparse.Namespace) -> jobfile.Job:
+    return jobfile.with_range(jobfile.load(args.job), args.start, args.end)
 
 
 def split_beam_args(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -93,7 +108,7 @@ def _run(args: argparse.Namespace) -> int:
     from dpstream.pipelines.run import runner
 
     try:
-        job = jobfile.load(args.job)
+        job = _load(args)
         outcome = runner.run(job, args.output, args.ledger, args.beam_args, max_seconds=args.max_seconds,
                              overwrite=args.overwrite, lease_seconds=args.lease_seconds)
     except jobfile.JobFileError as err:
@@ -114,7 +129,7 @@ def _validate(args: argparse.Namespace) -> int:
     from dpstream.pipelines.run import runner
 
     try:
-        job = jobfile.load(args.job)
+        job = _load(args)
         plan = runner.validate(job)
     except jobfile.JobFileError as err:
         return _fail("validate", err)

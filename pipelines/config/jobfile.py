@@ -10,11 +10,13 @@ Nothing here reads event data.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
 import tomllib
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Callable, NoReturn, overload
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -37,7 +39,7 @@ from dpstream.pipelines.config.specs import (
     TopKSpec,
     WindowSpec,
 )
-from dpstream.pipelines.config.times import duration_seconds, instant_seconds
+from dpstream.pipelines.config.times import duration_seconds, instant_seconds, range_instant
 
 FILE_INPUT_KEYS = ("format", "path", "user", "timestamp", "partition", "value", "timestamp_format", "timezone", "partitions")
 PUBSUB_INPUT_KEYS = (
@@ -202,6 +204,27 @@ def _pubsub_input(check: "_Checker", table: dict, timezone: str):
         timestamp_format=check.choice(table, "input", "timestamp_format", ("auto", "epoch_s", "epoch_ms", "iso8601"), default="auto"),
         timezone=timezone,
     )
+
+
+def with_range(job: Job, start: str | None, end: str | None, now: datetime | None = None) -> Job:
+    """The job over another window range (`dpstream run --start/--end`): ISO dates or date-times, or relative
+    instants such as `yesterday` or `last-month` (`times.relative_instant`), in the job's time zone. The window
+    size, period, lateness and limit stay; every window check applies. JobFileError naming the option."""
+    if start is None and end is None:
+        return job
+    timezone = getattr(job.input, "timezone", "UTC")
+    window = job.window
+    try:
+        instants = {flag: range_instant(value, timezone, now) if value is not None else default
+                    for flag, value, default in (("--start", start, window.start), ("--end", end, window.end))}
+    except ValueError as err:
+        raise JobFileError(f"{job.source}: --start/--end {err}") from None
+    try:
+        window = WindowSpec(size=window.size, start=instants["--start"], end=instants["--end"], period=window.period,
+                            allowed_lateness=window.allowed_lateness, max_count=window.max_count)
+    except SpecError as err:
+        raise JobFileError(f"{job.source}: with --start/--end: {err}") from None
+    return dataclasses.replace(job, window=window)
 
 
 def _window(check: "_Checker", table: dict, timezone: str) -> WindowSpec:
