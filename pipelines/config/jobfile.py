@@ -39,7 +39,7 @@ from dpstream.pipelines.config.specs import (
     TopKSpec,
     WindowSpec,
 )
-from dpstream.pipelines.config.times import duration_seconds, instant_seconds, range_instant
+from dpstream.pipelines.config.times import calendar_length, duration_seconds, instant_seconds, range_instant
 
 FILE_INPUT_KEYS = ("format", "path", "user", "timestamp", "partition", "value", "timestamp_format", "timezone", "partitions")
 PUBSUB_INPUT_KEYS = (
@@ -221,7 +221,8 @@ def with_range(job: Job, start: str | None, end: str | None, now: datetime | Non
         raise JobFileError(f"{job.source}: --start/--end {err}") from None
     try:
         window = WindowSpec(size=window.size, start=instants["--start"], end=instants["--end"], period=window.period,
-                            allowed_lateness=window.allowed_lateness, max_count=window.max_count)
+                            allowed_lateness=window.allowed_lateness, max_count=window.max_count,
+                            calendar=window.calendar, timezone=window.timezone)
     except SpecError as err:
         raise JobFileError(f"{job.source}: with --start/--end: {err}") from None
     return dataclasses.replace(job, window=window)
@@ -229,7 +230,8 @@ def with_range(job: Job, start: str | None, end: str | None, now: datetime | Non
 
 def _window(check: "_Checker", table: dict, timezone: str) -> WindowSpec:
     check.keys(table, "window")
-    size = check.duration(table, "window", "size")
+    calendar = calendar_length(table.get("size"))
+    size = 1.0 if calendar else check.duration(table, "window", "size")  # calendar windows: set from their edges
     period = check.duration(table, "window", "period", default=None)
     start = check.instant(table, "window", "start", timezone)
     end = check.instant(table, "window", "end", timezone)
@@ -237,7 +239,7 @@ def _window(check: "_Checker", table: dict, timezone: str) -> WindowSpec:
     lateness = 0.0 if given in (0, "0s") else check.duration(table, "window", "allowed_lateness")
     max_count = check.integer(table, "window", "max_count", default=MAX_WINDOWS)
     return check.build(WindowSpec, size=size, start=start, end=end, period=period, allowed_lateness=lateness,
-                       max_count=max_count)
+                       max_count=max_count, calendar=calendar, timezone=timezone)
 
 
 def _privacy(check: "_Checker", table: dict) -> PrivacySettings:
@@ -505,7 +507,9 @@ class _Checker:
             return None
         seconds = duration_seconds(value)
         if not (math.isfinite(seconds) and seconds > 0):
-            self.fail(f"{where}.{key} must be a positive duration such as \"1d\", \"6h\", \"30m\" or seconds, got {value!r}")
+            calendar = ", or a calendar length such as \"1day\", \"1week\", \"1month\", \"1y\"" if key == "size" else ""
+            self.fail(f"{where}.{key} must be a positive duration such as \"1d\", \"6h\", \"30m\" or seconds{calendar}, "
+                      f"got {value!r}")
         return seconds
 
     def instant(self, table: dict, where: str, key: str, timezone: str) -> float:

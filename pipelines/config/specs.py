@@ -10,7 +10,7 @@ time range it covers.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from fractions import Fraction
 from typing import ClassVar, TypeVar, Union
@@ -18,7 +18,13 @@ from typing import ClassVar, TypeVar, Union
 import numpy as np
 
 from dpstream.accounting.text import duration_text, instant_text
-from dpstream.pipelines.config.times import duration_seconds, instant_seconds
+from dpstream.pipelines.config.times import (
+    calendar_edges,
+    calendar_length,
+    calendar_text,
+    duration_seconds,
+    instant_seconds,
+)
 from dpstream.pipelines.mechanisms.fixedpoint import MAX_CONTRIBUTIONS, to_units, value_quantum
 
 
@@ -74,8 +80,13 @@ class WindowSpec:
     period: float | None = None
     allowed_lateness: float = 0.0
     max_count: int = MAX_WINDOWS
+    calendar: tuple[int, str] | None = None  # calendar windows (`times.calendar_length`): size is then the longest
+    timezone: str = "UTC"  # the calendar's time zone
+    edges: tuple[float, ...] = field(default=(), compare=False, repr=False)  # calendar windows' boundaries
 
     def __post_init__(self) -> None:
+        if self.calendar is not None:
+            self._calendar_edges(self.calendar)
         _require(math.isfinite(self.size) and self.size > 0, f"window.size must be a positive number of seconds, got {self.size!r}")
         _require(
             self.period is None or (math.isfinite(self.period) and 0 < self.period <= self.size),
@@ -89,26 +100,54 @@ class WindowSpec:
                  "window.start and window.end must lie between 0001-01-01 and 9000-01-01")
         _require(isinstance(self.max_count, int) and self.max_count >= 1,
                  f"window.max_count must be a positive integer, got {self.max_count!r}")
-        _require_window_boundary(self.start, self.end, self.step)
-        windows = math.ceil((self.end - self.start) / self.step)
+        if self.calendar is None:
+            _require_window_boundary(self.start, self.end, self.step)
+        windows = self.count
         _require(windows <= self.max_count,
                  f"the window range holds {windows} windows, more than window.max_count = {self.max_count}; each "
                  f"window's cells are held in memory and its noise composed, so raise window.max_count only if "
                  f"that many windows are meant")
+
+    def _calendar_edges(self, calendar: tuple[int, str]) -> None:
+        """Calendar windows: their boundaries, and size = the longest window (fixed windows only)."""
+        _require(self.period is None, f"window.period (sliding windows) needs a fixed window.size, got calendar "
+                                      f"windows of {calendar_text(calendar)}")
+        _require(math.isfinite(self.start) and math.isfinite(self.end) and self.end > self.start,
+                 f"window.end must be after window.start, got start={self.start!r}, end={self.end!r}")
+        try:
+            edges = calendar_edges(calendar, self.start, self.end, self.timezone, self.max_count)
+        except ValueError as err:
+            raise SpecError(str(err)) from None
+        object.__setattr__(self, "edges", edges)
+        object.__setattr__(self, "size", max(b - a for a, b in zip(edges, edges[1:])))
+
+    @property
+    def length_text(self) -> str:
+        """What a window spans, e.g. "1d" or "1 month (America/New_York)"."""
+        if self.calendar is None:
+            return duration_text(self.size)
+        return f"{calendar_text(self.calendar)} ({self.timezone})"
+
+    @property
+    def next_start(self) -> float:
+        """Where the window after the last one would start (the next run's window.start)."""
+        return self.edges[-1] if self.edges else self.start + self.count * self.step
 
     @classmethod
     def of(cls, size: str | float, start: object, end: object, *, period: str | float | None = None,
            timezone: str = "UTC", allowed_lateness: str | float = 0.0, max_count: int = MAX_WINDOWS) -> "WindowSpec":
         """Windows in the job file's terms: durations such as "1d" or seconds, and ISO dates or date-times
         (local time in `timezone` when they have no offset), e.g. WindowSpec.of("1d", "2013-01-01", "2014-01-01")."""
-        durations = {"size": size, "period": period, "allowed_lateness": allowed_lateness}
+        calendar = calendar_length(size)
+        durations = {"size": 1.0 if calendar else size, "period": period, "allowed_lateness": allowed_lateness}
         seconds = {name: None if value is None else duration_seconds(value) for name, value in durations.items()}
         try:
             instants = {"start": instant_seconds(start, timezone), "end": instant_seconds(end, timezone)}
         except ValueError as err:
             raise SpecError(f"window start and end {err}") from None
         return cls(size=seconds["size"] or math.nan, start=instants["start"], end=instants["end"],
-                   period=seconds["period"], allowed_lateness=seconds["allowed_lateness"] or 0.0, max_count=max_count)
+                   period=seconds["period"], allowed_lateness=seconds["allowed_lateness"] or 0.0, max_count=max_count,
+                   calendar=calendar, timezone=timezone)
 
     @property
     def step(self) -> float:
@@ -117,6 +156,8 @@ class WindowSpec:
     @property
     def count(self) -> int:
         """Number of windows whose start lies in [start, end)."""
+        if self.edges:
+            return len(self.edges) - 1
         return max(1, math.ceil((self.end - self.start) / self.step))
 
     @property
@@ -126,6 +167,8 @@ class WindowSpec:
 
     def bounds(self, index: int) -> tuple[float, float]:
         """[start, end) of window `index`, in seconds."""
+        if self.edges:
+            return self.edges[index], self.edges[index + 1]
         begin = self.start + index * self.step
         return begin, begin + self.size
 

@@ -1,7 +1,7 @@
-"""The job file's grammar of durations ("1d", "6h", "30m", "90s", "2w" or seconds) and instants (ISO 8601 dates or
-date-times; without an offset, local time in a time zone), shared by job files and the Python API; and the
-relative instants of `dpstream run --start/--end` (`today`, `last-month`, ...), calendar boundaries in a time
-zone."""
+"""The job file's grammar of durations ("1d", "6h", "30m", "90s", "2w" or seconds), calendar lengths ("1day",
+"1week", "1month" or "1mo", "1year" or "1y": local days, ISO weeks from Monday, months and years in a time zone)
+and instants (ISO 8601 dates or date-times; without an offset, local time in a time zone), shared by job files
+and the Python API; and the relative instants of `dpstream run --start/--end` (`today`, `last-month`, ...)."""
 from __future__ import annotations
 
 import math
@@ -76,3 +76,66 @@ def range_instant(value: str, timezone: str = "UTC", now: datetime | None = None
         return instant_seconds(value, timezone)
     except ValueError:
         return relative_instant(value, timezone, now)  # its message lists both forms
+
+
+_CALENDAR = re.compile(r"^\s*(\d+)\s*(day|week|month|mo|year|y)\s*$")
+_CALENDAR_UNITS = {"day": "day", "week": "week", "month": "month", "mo": "month", "year": "year", "y": "year"}
+
+
+def calendar_length(value: object) -> tuple[int, str] | None:
+    """(count, unit) of a calendar length such as "1month", "3mo", "1y", "1week", "1day"; None for anything else.
+
+    The fixed units (s, m, h, d, w) are exact numbers of seconds; the calendar ones follow local time: a "day" is
+    23, 24 or 25 hours across daylight-saving changes, a "week" runs Monday to Monday (ISO 8601), a "month" and a
+    "year" start on the 1st and on January 1st."""
+    if not isinstance(value, str) or not (match := _CALENDAR.match(value)) or int(match.group(1)) < 1:
+        return None
+    return int(match.group(1)), _CALENDAR_UNITS[match.group(2)]
+
+
+def calendar_text(length: tuple[int, str]) -> str:
+    count, unit = length
+    return f"{count} {unit}" + ("s" if count > 1 else "")
+
+
+def _is_boundary(day: date, unit: str) -> bool:
+    return {"day": True, "week": day.weekday() == 0, "month": day.day == 1,
+            "year": (day.month, day.day) == (1, 1)}[unit]
+
+
+def _advance(day: date, count: int, unit: str) -> date:
+    if unit == "day":
+        return day + timedelta(days=count)
+    if unit == "week":
+        return day + timedelta(weeks=count)
+    months = day.month - 1 + count * (12 if unit == "year" else 1)
+    return day.replace(year=day.year + months // 12, month=months % 12 + 1)
+
+
+def calendar_edges(length: tuple[int, str], start: float, end: float, timezone: str, limit: int) -> tuple[float, ...]:
+    """The window boundaries start = e_0 < e_1 < ... < e_n = end (seconds since the epoch) of calendar windows of
+    `length` in `timezone`. ValueError when start is not a local midnight on a boundary of the unit (a Monday, a
+    1st, a January 1st), when end is not one of the boundaries (naming the two nearest), or past `limit` windows."""
+    count, unit = length
+    zone = ZoneInfo(timezone)
+    local = datetime.fromtimestamp(start, zone)
+    if local.time() != time() or not _is_boundary(local.date(), unit):
+        first = {"day": "a midnight", "week": "a Monday midnight", "month": "midnight on the 1st of a month",
+                 "year": "midnight on January 1st"}[unit]
+        raise ValueError(f"window.start {local.isoformat()} must be {first} in {timezone} for windows of "
+                         f"{calendar_text(length)}")
+
+    def instant(day: date) -> float:
+        return datetime.combine(day, time(), tzinfo=zone).timestamp()
+
+    edges, day = [start], local.date()
+    while edges[-1] < end:
+        if len(edges) > limit:
+            raise ValueError(f"the window range holds more than window.max_count = {limit} windows")
+        day = _advance(day, count, unit)
+        edges.append(instant(day))
+    if edges[-1] != end:
+        nearest = " or ".join(datetime.fromtimestamp(e, zone).isoformat() for e in edges[-2:] if e > start)
+        raise ValueError(f"window.end {datetime.fromtimestamp(end, zone).isoformat()} is not a window boundary of "
+                         f"{calendar_text(length)} windows from {local.isoformat()}; set window.end to {nearest}")
+    return tuple(edges)

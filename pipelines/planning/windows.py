@@ -10,8 +10,14 @@ from dpstream.pipelines.config.specs import WindowSpec
 from dpstream.pipelines.planning.errors import PlanningError
 
 
+def _fixed(window: WindowSpec, what: str) -> None:
+    if window.calendar is not None:
+        raise PlanningError(f"{what} needs windows of a fixed length, got calendar windows of {window.length_text}")
+
+
 def period_sizes(window: WindowSpec, period: float) -> tuple[int, ...]:
     """Windows per period: window i belongs to period floor(i * step / period); period must be a multiple of step."""
+    _fixed(window, "a peak period")
     ratio = period / window.step
     per_period = round(ratio)
     if per_period < 1 or abs(ratio - per_period) > 1e-9 * ratio:
@@ -22,6 +28,7 @@ def period_sizes(window: WindowSpec, period: float) -> tuple[int, ...]:
 
 def check_unit_period(window: WindowSpec, unit_period: float) -> int:
     """Windows per unit period; the unit period must be a whole number of fixed windows (counted from window.start)."""
+    _fixed(window, "privacy.unit_period")
     if window.period is not None:
         raise PlanningError(f"privacy.unit_period needs fixed windows (no window.period), got window.period={window.period!r}")
     ratio = unit_period / window.size

@@ -107,7 +107,8 @@ def report_json(context: RunContext, tables: dict[str, pa.Table], chart: str | N
             "timezone": job.input.timezone,
         },
         "window": {
-            "size_s": job.window.size,
+            "size_s": None if job.window.calendar else job.window.size,
+            "calendar": job.window.length_text if job.window.calendar else None,
             "period_s": job.window.period,
             "start": iso(job.window.start),
             "end": iso(job.window.end),
@@ -188,7 +189,7 @@ def report_markdown(context: RunContext, content: dict[str, Any]) -> str:
         f"chosen uniformly at random; values are clipped to [{bounds.min_value:g}, {bounds.max_value:g}]"
         f"{_grid_text(bounds)}. So one unit moves a window's sums by at most L1 = {bounds.l1:g}, L2 = {bounds.l2:.6g}, Linf = {bounds.linf:g}.",
         "",
-        f"Windows: {job.window.count} windows of {duration_text(job.window.size)}"
+        f"Windows: {job.window.count} windows of {job.window.length_text}"
         + (f" every {duration_text(job.window.period)}" if job.window.period else "")
         + f" from {content['window']['start']} to {content['window']['end']} (the public range the budget covers).",
         "",

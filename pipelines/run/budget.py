@@ -262,7 +262,7 @@ class Budget:
 
     def sealed_states(self) -> MonitorStates:
         """Each monitor's record as the finished pipeline sealed it (read from, then removed from, state_dir)."""
-        next_start = self.window.start + self.window.count * self.window.step
+        next_start = self.window.next_start
         out: MonitorStates = {}
         for planned in self.plan.monitors():
             path = self._state_path(planned.name)

@@ -21,6 +21,11 @@ counts the dropped records in the release: their number depends on the data.
 
 Periods (peak releases) group `per_period` consecutive windows; period p is
 emitted at the end of its last nominal window and windowed the same way.
+
+Calendar windows (months, ISO weeks, local days: `WindowSpec.calendar`) have
+boundaries instead of a step: a record's window is found by binary search on
+them, and `CalendarWindows` gives Beam window [end_(i-1), end_i) (plus the
+lateness) to the pieces of window i, the same rule as fixed windows.
 """
 from __future__ import annotations
 
@@ -29,7 +34,8 @@ from datetime import datetime, timezone
 
 import apache_beam as beam
 import numpy as np
-from apache_beam.transforms.window import FixedWindows
+from apache_beam.coders import coders
+from apache_beam.transforms.window import FixedWindows, IntervalWindow, NonMergingWindowFn, WindowFn
 from apache_beam.utils.timestamp import Duration, Timestamp
 
 from dpstream.connectors.schema import MICROS
@@ -47,6 +53,10 @@ def window_indices(timestamps: np.ndarray, window: WindowSpec) -> tuple[np.ndarr
     timestamps are int64 microseconds. Fixed windows give at most one index per
     row; sliding windows up to size/step. Records outside every window are dropped.
     """
+    if window.edges:
+        index = np.searchsorted(_edge_micros(window), timestamps.astype(np.int64), side="right") - 1
+        rows = np.flatnonzero((index >= 0) & (index < window.count))
+        return rows, index[rows]
     start, step, size = _micros(window.start), _micros(window.step), _micros(window.size)
     offset = timestamps.astype(np.int64) - start
     last = np.floor_divide(offset, step)
@@ -60,7 +70,13 @@ def window_indices(timestamps: np.ndarray, window: WindowSpec) -> tuple[np.ndarr
     return rows, starts + within
 
 
+def _edge_micros(window: WindowSpec) -> np.ndarray:
+    return np.array([_micros(edge) for edge in window.edges], dtype=np.int64)
+
+
 def window_end_micros(window: WindowSpec, index: int) -> int:
+    if window.edges:
+        return _micros(window.edges[index + 1])
     return _micros(window.start) + index * _micros(window.step) + _micros(window.size)
 
 
@@ -77,11 +93,43 @@ def window_timestamp(window: WindowSpec, index: int) -> Timestamp:
 def window_index(window: WindowSpec, timestamp: Timestamp) -> int:
     """Inverse of `window_timestamp`."""
     end = timestamp.micros + 1 - _micros(window.allowed_lateness)
+    if window.edges:
+        return int(np.searchsorted(_edge_micros(window), end)) - 1
     return (end - _micros(window.start) - _micros(window.size)) // _micros(window.step)
 
 
-def beam_windows(window: WindowSpec, per_period: int = 1) -> FixedWindows:
-    """Beam fixed windows of per_period * step ending at the release times of windows per_period - 1, 2 per_period - 1, ..."""
+class CalendarWindows(NonMergingWindowFn):
+    """Beam windows [release_(i-1), release_i) of calendar windows (release_i: the end of window i plus the
+    lateness; the first starts at window 0's start plus the lateness): window i's pieces, which travel at
+    release_i - 1 us, fall in Beam window i and nothing else does."""
+
+    def __init__(self, releases: tuple[int, ...]):
+        self._releases = np.asarray(releases, dtype=np.int64)
+
+    def assign(self, context):
+        micros = context.timestamp.micros
+        index = int(np.searchsorted(self._releases, micros, side="right"))
+        if not 0 < index < self._releases.size:
+            raise ValueError(f"CalendarWindows: timestamp {context.timestamp} lies outside the windows' range")
+        return [IntervalWindow(Timestamp(micros=int(self._releases[index - 1])),
+                               Timestamp(micros=int(self._releases[index])))]
+
+    def get_window_coder(self):
+        return coders.IntervalWindowCoder()
+
+    def __eq__(self, other):
+        return type(self) is type(other) and np.array_equal(self._releases, other._releases)
+
+    def __hash__(self):
+        return hash(self._releases.tobytes())
+
+
+def beam_windows(window: WindowSpec, per_period: int = 1) -> WindowFn:
+    """Beam fixed windows of per_period * step ending at the release times of windows per_period - 1, 2 per_period - 1, ...
+    (calendar windows: `CalendarWindows`, one per window)."""
+    if window.edges:
+        lateness = _micros(window.allowed_lateness)
+        return CalendarWindows(tuple(int(edge) + lateness for edge in _edge_micros(window)))
     length = per_period * _micros(window.step)
     first_end = release_micros(window, per_period - 1)
     return FixedWindows(Duration(micros=length), Timestamp(micros=first_end % length))

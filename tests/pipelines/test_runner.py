@@ -104,7 +104,7 @@ def test_report_json_keys_and_values(finished):
     assert report["plan"]["releases"][0]["noise"] > 0 and report["plan"]["releases"][0]["noise_stddev"] > 0
     assert report["budget"]["run_id"] == 1 and report["budget"]["debited"]["type"] == "Composed"
     assert set(report["timings_s"]) == {"plan_s", "admit_s", "pipeline_s", "report_s", "total_s"}
-    assert report["window"] == {"size_s": 86400.0, "period_s": None, "start": "2013-01-01T00:00:00+00:00",
+    assert report["window"] == {"size_s": 86400.0, "calendar": None, "period_s": None, "start": "2013-01-01T00:00:00+00:00",
                                 "end": "2013-01-04T00:00:00+00:00", "count": 3}
 
 
