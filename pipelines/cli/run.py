@@ -126,6 +126,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def _validate(args: argparse.Namespace) -> int:
     from dpstream.pipelines.planning.size import plan_size
+    from dpstream.pipelines.planning.utility import expected_utility
     from dpstream.pipelines.run import runner
 
     try:
@@ -143,8 +144,9 @@ def _validate(args: argparse.Namespace) -> int:
         return EXIT_OK
     print(f"{job.source}: valid; {job.window.count} windows, {plan_size(plan).describe()}, scope "
           f"{job.privacy.scope!r}, epsilon={plan.epsilon:.6g} (target {job.privacy.epsilon:g}) at delta={plan.delta:g}")
-    for number, text in enumerate(plan.describe().values(), 1):
-        print(f"  {number}. {text}")
+    for number, release in enumerate(plan.releases, 1):
+        print(f"  {number}. {release.describe()}")
+        print(f"     expected: {expected_utility(release, plan.bounds)}")
     return EXIT_OK
 
 

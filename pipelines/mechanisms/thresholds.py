@@ -41,6 +41,14 @@ def selection_margin(sigma_units: float, max_partitions: int, delta: float) -> i
     return math.ceil(sigma_units * z * (1.0 + 1e-12))
 
 
+def gaussian_threshold_cutoff(sigma: float, threshold: float, max_partitions: int, delta: float, exact: bool) -> float:
+    """The cutoff of `gaussian_threshold` (value units) a noisy sum must exceed; public: a function of the
+    parameters and of whether the sums reach the noise grid exactly (`noise.to_grid`)."""
+    step = granularity(sigma)
+    tau = grid_sensitivity(threshold, step, exact, changed=1, norm=1)
+    return tau + selection_margin(sigma / step, max_partitions, delta) * step
+
+
 def gaussian_threshold(
     counts, sigma: float, threshold: float, rng: SecureRandom, *, delta: float, max_partitions: int = 1,
     quantum: float = 1.0,
@@ -78,7 +86,7 @@ def gaussian_threshold(
     units, exact = to_grid(array, step, quantum)
     tau = grid_sensitivity(threshold, step, exact, changed=1, norm=1)
     sensitivity = grid_sensitivity(math.sqrt(partitions) * threshold, step, exact, changed=partitions, norm=2)
-    cutoff = tau + selection_margin(sigma / step, partitions, delta) * step
+    cutoff = gaussian_threshold_cutoff(sigma, threshold, partitions, delta, exact)
     noisy = (units + rng.discrete_gaussian(sigma / step, array.size)) * step
     kept = np.flatnonzero(noisy > cutoff)
     return release(

@@ -1,0 +1,105 @@
+"""What a plan can be expected to deliver, from public values only (reading the data would itself cost privacy).
+
+For each release, in the units of its outputs:
+- histogram: the noise's standard deviation (the RMSE of an unclamped value) and the half-width of its 95%
+  interval; over unknown partitions also the cutoff a partition's noisy sum must clear to appear at all;
+- top-k: the margin between two partitions' scores that the exponential mechanism orders right 90% of the time,
+  ln(9) Delta / epsilon (a pick with logits epsilon score / Delta, Dong–Durfee–Rogers);
+- peak: the noise on window totals (sigma times the maximum) and the lead over a rival window that is picked
+  90% of the time, z_0.9 sqrt(2) sigma maximum (two windows, Gaussian report-noisy-max);
+- svt: the threshold and the query noise in window totals (for the share metric, as a share), and the smallest
+  sigma_threshold the monitor's budget admits (bisection on the monitor's own admission rule, to 0.1%).
+`dpstream validate` prints these under each release.
+"""
+from __future__ import annotations
+
+import math
+
+from scipy.stats import norm
+
+from dpstream.pipelines.config.specs import ContributionBounds
+from dpstream.pipelines.mechanisms.monitor import SparseVectorMonitor
+from dpstream.pipelines.mechanisms.noise import granularity
+from dpstream.pipelines.mechanisms.thresholds import gaussian_threshold_cutoff
+from dpstream.pipelines.planning.histogram import HistogramPlan
+from dpstream.pipelines.planning.job import ReleasePlan
+from dpstream.pipelines.planning.peak import PeakPlan
+from dpstream.pipelines.planning.svt import SvtPlan
+from dpstream.pipelines.planning.topk import TopKPlan
+
+Z90, Z975 = float(norm.ppf(0.9)), float(norm.ppf(0.975))
+
+
+def expected_utility(plan: ReleasePlan, bounds: ContributionBounds) -> str:
+    """One line on what `plan` can be expected to show (module docstring)."""
+    if isinstance(plan, HistogramPlan):
+        return _histogram(plan, bounds)
+    if isinstance(plan, TopKPlan):
+        return f"two partitions whose totals differ by {topk_margin(plan):.4g} are ranked right 90% of the time"
+    if isinstance(plan, PeakPlan):
+        text = f"noise on each window total: standard deviation {plan.sigma * plan.spec.maximum:.4g}; "
+        if peak_margin(plan) > plan.spec.maximum:  # totals are clipped to [0, maximum]: no lead is that large
+            best = float(norm.cdf(1.0 / (math.sqrt(2.0) * plan.sigma)))
+            return text + (f"even a window at the maximum {plan.spec.maximum:g} against an empty rival is picked only "
+                           f"{100 * best:.0f}% of the time: raise epsilon or this release's weight")
+        return text + f"a window ahead of its rival by {peak_margin(plan):.4g} is picked 90% of the time"
+    return _svt(plan)
+
+
+def topk_margin(plan: TopKPlan) -> float:
+    """The score gap two partitions need to be picked in the right order with probability 0.9."""
+    return math.log(9.0) * plan.sensitivity / plan.epsilon
+
+
+def peak_margin(plan: PeakPlan) -> float:
+    """The lead (in window totals) a window needs over one rival to be picked with probability 0.9."""
+    return Z90 * math.sqrt(2.0) * plan.sigma * plan.spec.maximum
+
+
+def selection_cutoff(plan: HistogramPlan, bounds: ContributionBounds) -> float:
+    """The cutoff of Gaussian thresholding for this plan, as the pipeline's int64 sums meet it."""
+    exact = granularity(plan.noise) <= bounds.quantum
+    return gaussian_threshold_cutoff(plan.noise, plan.sensitivity, plan.max_partitions, plan.selection_delta or 0.0,
+                                     exact)
+
+
+def smallest_sigma_threshold(plan: SvtPlan) -> float:
+    """The smallest sigma_threshold (to 0.1%, rounded up) whose monitor the plan's budget admits, with the
+    plan's sigma_query / sigma_threshold ratio."""
+    spec = plan.spec
+    ratio = plan.monitor().sigma_query / spec.sigma_threshold
+
+    def admits(sigma: float) -> bool:
+        try:
+            SparseVectorMonitor(spec.threshold, sigma, plan.sensitivity, plan.epsilon, plan.delta,
+                                sigma_query=ratio * sigma, method=spec.method.value)
+        except ValueError:
+            return False
+        return True
+
+    low, high = spec.sigma_threshold, spec.sigma_threshold
+    while admits(low) and low > 1e-12:
+        low /= 2
+    while not admits(high) and high < 1e12:
+        high *= 2
+    while high / low > 1.001:
+        middle = math.sqrt(low * high)
+        low, high = (low, middle) if admits(middle) else (middle, high)
+    return high
+
+
+def _histogram(plan: HistogramPlan, bounds: ContributionBounds) -> str:
+    text = (f"each value's error: RMSE {plan.noise_stddev:.4g} (unclamped), within +-{Z975 * plan.noise_stddev:.4g} "
+            f"95% of the time")
+    if plan.mechanism == "gaussian_threshold":
+        text += f"; a partition appears only if its noisy total clears {selection_cutoff(plan, bounds):.4g}"
+    return text
+
+
+def _svt(plan: SvtPlan) -> str:
+    spec = plan.spec
+    scale, units = (1.0, "as a share") if spec.metric == "share" else (spec.maximum, "in window totals")
+    return (f"alert threshold {spec.threshold * scale:.4g} {units}, query noise standard deviation "
+            f"{plan.monitor().sigma_query * scale:.4g} and threshold noise {spec.sigma_threshold * scale:.4g}; the "
+            f"budget admits sigma_threshold down to {smallest_sigma_threshold(plan):.4g} (this job: "
+            f"{spec.sigma_threshold:g})")
