@@ -4,7 +4,7 @@ import pytest
 from dpstream.pipelines.cli import main as cli
 
 COMMANDS = [[], ["run"], ["validate"], ["demo"], ["account"], ["budget"], ["budget", "init"], ["budget", "show"],
-            ["budget", "spend"], ["budget", "history"], ["budget", "release"]]
+            ["budget", "spend"], ["budget", "history"], ["budget", "release"], ["budget", "retire"]]
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "dpstream")

@@ -55,8 +55,12 @@ def check_periods(row: sa.Row, periods: Periods | None) -> None:
 
 def decide(tables: Tables, conn: sa.Connection, row: sa.Row, event: Event, label: str,
            periods: Periods | None) -> Decision:
-    """The scope's decision on `event` (checked with `check_periods` first)."""
+    """The scope's decision on `event` (checked with `check_periods` first); a retired scope refuses every event."""
     check_periods(row, periods)
+    retired = conn.execute(sa.select(tables.retired).where(tables.retired.c.scope == row.name)).one_or_none()
+    if retired is not None:
+        return Decision(False, f"refused: scope {row.name!r} was retired at {retired.retired_at} ({retired.reason}); "
+                               f"it admits nothing more: use a new scope", lambda conn: None)
     if periods is None:
         return _decide_plain(tables, row, event, label)
     return _decide_periods(tables, conn, row, event, label, periods)

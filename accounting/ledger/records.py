@@ -183,13 +183,14 @@ class ScopeView:
     created_at: str
     unit_period: int | None = None
     periods: PeriodsView | None = None
+    retired: str | None = None  # "AT (REASON)" once `budget retire` ended the scope
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready, as `dpstream budget show --json` prints it."""
         out = {"scope": self.scope, "epsilon": self.epsilon, "delta": self.delta, "filter": self.filter,
                "rule": self.rule, "state": self.state, "halted": self.halted, "releases": self.releases,
                "monitors": [m.to_dict() for m in self.monitors], "created_at": self.created_at,
-               "unit_period": self.unit_period}
+               "unit_period": self.unit_period, "retired": self.retired}
         if self.periods is not None:
             out.update({"periods_spent": self.periods.spent, "periods_halted": self.periods.halted,
                         "largest_spent": self.periods.largest_spent, "first_period": self.periods.first,

@@ -26,6 +26,7 @@ class Tables:
     periods: sa.Table
     release_periods: sa.Table
     runs: sa.Table
+    retired: sa.Table
 
 
 def define_tables() -> Tables:
@@ -95,12 +96,19 @@ def define_tables() -> Tables:
         sa.Column("created_at", sa.String(40), nullable=False),
         sa.Column("finished_at", sa.String(40), nullable=True),
     )
-    return Tables(metadata, scopes, releases, monitors, periods, release_periods, runs)
+    retired = sa.Table(
+        "dpstream_retired",
+        metadata,
+        sa.Column("scope", sa.String(200), sa.ForeignKey("dpstream_scopes.name"), primary_key=True),
+        sa.Column("reason", sa.Text, nullable=False),
+        sa.Column("retired_at", sa.String(40), nullable=False),
+    )
+    return Tables(metadata, scopes, releases, monitors, periods, release_periods, runs, retired)
 
 
 def upgrade(engine: sa.Engine, tables: Tables, existing: set[str]) -> None:
     """Create the tables a ledger written by an older dpstream lacks (`existing`: the tables it has); never
     alters an existing table."""
-    missing = [t for t in (tables.runs,) if t.name not in existing]
+    missing = [t for t in (tables.runs, tables.retired) if t.name not in existing]
     if missing:
         tables.metadata.create_all(engine, tables=missing)

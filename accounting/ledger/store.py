@@ -130,6 +130,7 @@ class Ledger:
         tables = self.tables = define_tables()
         self.scopes, self.releases, self.monitors = tables.scopes, tables.releases, tables.monitors
         self.periods, self.release_periods, self.runs = tables.periods, tables.release_periods, tables.runs
+        self.retired = tables.retired
         with self._errors():
             if create:
                 tables.metadata.create_all(self.engine)
@@ -602,6 +603,23 @@ class Ledger:
         states = set(stored) | ({json.dumps(config)} if len(stored) < periods.count else set())
         return [EventFilter.from_dict(json.loads(state)) for state in sorted(states)]
 
+    def retire_scope(self, scope: str, reason: str) -> str:
+        """End a scope for good: from now on it refuses every release and run (its record and history stay; a
+        scope is never reset, and `init_scope` refuses its name). Refused while a run holds a live lease on it."""
+        reason = _check_name("reason", reason, 2000)
+        with self._transaction() as conn:
+            self._lock_scope(conn, scope)
+            retired = conn.execute(sa.select(self.retired).where(self.retired.c.scope == scope)).one_or_none()
+            if retired is not None:
+                raise LedgerError(f"scope {scope!r} was already retired at {retired.retired_at} ({retired.reason})")
+            running = [r.id for r in self._live_leases(conn, time.time()) if r.scope == scope]
+            if running:
+                raise LedgerError(f"scope {scope!r} has run {running[0]} running; retire it once the run has ended "
+                                  f"(or `dpstream budget release --scope {scope} --run {running[0]}`)")
+            at = now_text()
+            conn.execute(self.retired.insert().values(scope=scope, reason=reason, retired_at=at))
+        return f"retired scope {scope!r} at {at} ({reason}); it admits nothing more"
+
     def show(self, scope: str) -> ScopeView:
         """The scope's public view: budget, filter rule and state, release count, monitors (halted or not, and
         the run leasing each).
@@ -625,11 +643,15 @@ class Ledger:
         period, template = scope_config(row)
         period_rows = [] if period is None else self._period_rows(conn, scope)
         monitors_view = tuple(monitor_view(m, leases.get(m.name)) for m in monitors)
+        retired = conn.execute(sa.select(self.retired).where(self.retired.c.scope == scope)).one_or_none()
+        retired_text = None if retired is None else f"{retired.retired_at} ({retired.reason})"
         if period is not None:
-            return self._period_view(row, period, template, period_rows, int(count), monitors_view)
+            return replace(self._period_view(row, period, template, period_rows, int(count), monitors_view),
+                           retired=retired_text)
         budget_filter = PrivacyFilter.from_dict(template)
         return ScopeView(row.name, row.epsilon, row.delta, row.filter_kind, budget_filter.describe(),
-                         budget_filter.public_dict(), budget_filter.halted, int(count), monitors_view, row.created_at)
+                         budget_filter.public_dict(), budget_filter.halted, int(count), monitors_view, row.created_at,
+                         retired=retired_text)
 
     def _period_rows(self, conn: sa.Connection, scope: str) -> Sequence[sa.Row]:
         return conn.execute(

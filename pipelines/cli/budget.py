@@ -130,6 +130,15 @@ def register(subparsers) -> None:
     release.add_argument("--force", action="store_true", help="release the monitors of a published run")
     release.set_defaults(handler=_release)
 
+    retire = actions.add_parser(
+        "retire", parents=[common], help="end a scope for good: it refuses every later release and run",
+        description="Retire a scope: from now on it refuses every release and run, with the date and reason in the "
+                    "message. Its record and history stay, and its name cannot be used again, so a scope is never "
+                    "silently reset; budget for new data goes in a new scope. Refused while a run holds a lease on "
+                    "the scope.")
+    retire.add_argument("--reason", required=True, help="why, e.g. 'dataset replaced by flights-2014'")
+    retire.set_defaults(handler=_retire)
+
 
 def _tell(message: str) -> None:
     print(f"dpstream budget: {message}", file=sys.stderr)
@@ -235,6 +244,8 @@ def _show(args: argparse.Namespace) -> int:
     print(f"  state: {state}")
     print(f"  left: {left}")
     print(f"  releases: {view.releases}{'  (halted)' if view.halted else ''}")
+    if view.retired:
+        print(f"  retired: {view.retired}")
     for monitor in view.monitors:
         print(f"  {_monitor_line(monitor)}")
     return 0
@@ -272,6 +283,8 @@ def _show_periods(view: ScopeView, period: int, periods: PeriodsView) -> None:
         print(f"  periods: {duration_text(period)} ({period} s) each; none spent on yet")
     halted = f"; {periods.halted} period(s) halted" if periods.halted else ""
     print(f"  releases: {view.releases}{halted}")
+    if view.retired:
+        print(f"  retired: {view.retired}")
 
 
 @_reports(LedgerError, InvalidEventError)
@@ -320,6 +333,13 @@ def _history(args: argparse.Namespace) -> int:
         print(json.dumps([entry for _, entry, _ in entries], indent=2))
     else:
         print("\n".join(line for _, _, line in entries))
+    return 0
+
+
+@_reports(LedgerError)
+def _retire(args: argparse.Namespace) -> int:
+    with Ledger(args.ledger, on_wait=_tell) as ledger:
+        print(ledger.retire_scope(args.scope, args.reason))
     return 0
 
 
