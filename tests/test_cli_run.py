@@ -1,4 +1,7 @@
 """`dpstream run`, `validate` and `demo` on the command line: exit codes, messages, Beam options after --."""
+import io
+import sys
+
 import pytest
 
 from dpstream.pipelines.cli import main as cli
@@ -123,3 +126,26 @@ def test_a_misaligned_user_day_job_is_refused_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "window.start 2013-01-01T12:00:00Z is not on its period grid" in err[0]
     assert "nothing was debited" in err[0] and not (tmp_path / "out").exists()
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_lines_go_to_a_terminal_only(job_file, tmp_path, monkeypatch, capsys):
+    from dpstream.pipelines.run.runner import STAGES
+
+    ledger = f"sqlite:///{tmp_path / 'ledger.db'}"
+    assert cli.main(["budget", "init", "--ledger", ledger, "--scope", "test", "--epsilon", "8", "--delta", "1e-5",
+                     "--filter", "approx:release_delta=1e-6"]) == 0
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    assert cli.main(["run", str(job_file), "--output", str(tmp_path / "a"), "--ledger", ledger]) == 0
+    lines = terminal.getvalue().splitlines()
+    stages = [line.split("] ", 1)[1] for line in lines]
+    assert stages == [STAGES[0], STAGES[1], STAGES[2].format(releases=3, windows=3), STAGES[3], STAGES[4]], lines
+    assert all(line.startswith("dpstream run: [") for line in lines)
+    monkeypatch.undo()
+    assert cli.main(["run", str(job_file), "--output", str(tmp_path / "b"), "--ledger", ledger]) == 0
+    assert capsys.readouterr().err == ""  # not a terminal: nothing on stderr

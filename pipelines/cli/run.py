@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 
 from dpstream.accounting.ledger import DEFAULT_LEASE_SECONDS, DEFAULT_URL, LEDGER_ENV
 from dpstream.pipelines.config import jobfile
@@ -28,7 +29,8 @@ def register(subparsers) -> None:
             "must admit the run before any data is read (exit 3 when refused); the Beam pipeline computes the "
             "releases, report.json, report.md and chart.png into a private staging directory; the scope is debited "
             "once when they are complete, and the output directory then receives all of them at once. A run that "
-            "fails or is interrupted publishes nothing and is not debited. Beam options go after --, e.g. "
+            "fails or is interrupted publishes nothing and is not debited. When stderr is a terminal, a line says "
+            "when each stage starts. Beam options go after --, e.g. "
             "-- --runner=PortableRunner --job_endpoint=localhost:8099."
         ),
         epilog="exit codes: 0 done, 2 bad job, input, output, runner options or ledger, 3 refused by the scope, "
@@ -96,6 +98,15 @@ def _fail(command: str, err: Exception, code: int = EXIT_ERROR) -> int:
     return code
 
 
+def _progress():
+    """One line per stage on stderr when it is a terminal (kept off pipes and logs, where errors stay one line)."""
+    if not sys.stderr.isatty():
+        return None
+    started = time.monotonic()
+    return lambda stage: print(f"dpstream run: [{time.monotonic() - started:5.1f}s] {stage}", file=sys.stderr,
+                               flush=True)
+
+
 def _summary(outcome) -> None:
     report = outcome.report
     for name, info in report["releases"].items():
@@ -110,7 +121,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         job = _load(args)
         outcome = runner.run(job, args.output, args.ledger, args.beam_args, max_seconds=args.max_seconds,
-                             overwrite=args.overwrite, lease_seconds=args.lease_seconds)
+                             overwrite=args.overwrite, lease_seconds=args.lease_seconds, progress=_progress())
     except jobfile.JobFileError as err:
         return _fail("run", err)
     except runner.RunError as err:

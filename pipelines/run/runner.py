@@ -55,6 +55,10 @@ from dpstream.pipelines.run.preflight import check_memory, check_runner
 from dpstream.pipelines.run.publication import Publication
 
 _COMMIT_ATTEMPTS = 5
+STAGES = ("checking the job, its input and its runner (no data read)", "asking the ledger to admit the run",
+          "computing {releases} releases over {windows} windows into staging", "writing the reports and debiting",
+          "publishing")
+"""The lines `run(progress=...)` is told, in order."""
 
 __all__ = ["EXIT_ERROR", "EXIT_INTERNAL", "EXIT_OK", "EXIT_REFUSED", "RunError", "RunOutcome", "budget", "plan", "run", "validate"]
 
@@ -114,13 +118,17 @@ def run(
     max_seconds: float | None = None,
     overwrite: bool = False,
     lease_seconds: float = DEFAULT_LEASE_SECONDS,
+    progress=None,
 ) -> RunOutcome:
     """Run the job end to end as one transaction (see the module docstring); raises RunError with the exit code.
 
     `max_seconds` (streaming jobs only): stop the pipeline after this long even if windows of the range are
     still to be released; the outcome's `pending` counts them per release. `overwrite`: replace a run published
     in the output directory. `lease_seconds`: how long a killed run keeps its monitors and output leased.
+    `progress`: told one line as each stage starts (`STAGES`; the CLI prints them when stderr is a terminal).
     """
+    progress = progress or (lambda _: None)
+    progress(STAGES[0])
     started = time.perf_counter()
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     timings: dict[str, float] = {}
@@ -147,6 +155,7 @@ def run(
             raise RunError(f"{job.source}: cannot build the pipeline: {first_line(err)}; nothing was debited") from err
         label = f"job {job.name} ({job.source}) at {started_at}: " + ", ".join(r.name for r in job.releases)
         try:
+            progress(STAGES[1])
             tick = time.perf_counter()
             admission = job_budget.admit(label, output=output_dir)
             timings["admit_s"] = time.perf_counter() - tick
@@ -154,11 +163,13 @@ def run(
             if admission.note:
                 log(admission.note)
             try:
+                progress(STAGES[2].format(windows=job.window.count, releases=len(job.releases)))
                 tick = time.perf_counter()
                 with LeaseKeeper(job_budget, admission):
                     pending = _compute(job, job_budget, pipeline, files, parts, max_seconds, publication)
                     states = job_budget.sealed_states()
                 timings["pipeline_s"] = time.perf_counter() - tick
+                progress(STAGES[3])
                 debit, written = _commit(job, job_budget, admission, states, options, beam_args, files, started_at,
                                          timings, pending, publication, started)
             except Exception as err:
@@ -173,6 +184,7 @@ def run(
         finally:
             job_budget.close()
         log(debit.message)
+        progress(STAGES[4])
         publication.publish()
     final_files = {name: publication.final(path) for name, path in files.items()}
     return RunOutcome(output_dir, written, final_files, pending)
