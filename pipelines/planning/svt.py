@@ -10,6 +10,7 @@ monitor is new. Proof: docs/proofs/pipelines.mechanisms.monitor.SparseVectorMoni
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from dpstream.accounting.calibrate import FixedEvent
@@ -83,6 +84,32 @@ class SvtPlan:
         )
 
 
+def smallest_sigma_threshold(spec: SvtSpec, sensitivity: float, epsilon: float, delta: float) -> float:
+    """The smallest sigma_threshold (to 0.1%, rounded up) whose monitor a budget of (epsilon, delta) admits, keeping
+    the spec's sigma_query / sigma_threshold ratio (sqrt 3 by default); inf when none up to 1e12 does."""
+    ratio = (spec.sigma_query or math.sqrt(3.0) * spec.sigma_threshold) / spec.sigma_threshold
+
+    def admits(sigma: float) -> bool:
+        try:
+            SparseVectorMonitor(spec.threshold, sigma, sensitivity, epsilon, delta, sigma_query=ratio * sigma,
+                                method=spec.method.value)
+        except ValueError:
+            return False
+        return True
+
+    low, high = spec.sigma_threshold, spec.sigma_threshold
+    while admits(low) and low > 1e-12:
+        low /= 2
+    while not admits(high):
+        if high > 1e12:
+            return math.inf
+        low, high = high, high * 2
+    while high / low > 1.001:
+        middle = math.sqrt(low * high)
+        low, high = (low, middle) if admits(middle) else (middle, high)
+    return high
+
+
 def draft(spec: SvtSpec, context: PlanningContext) -> Draft[SvtPlan]:
     """The monitor's whole budget as a fixed event; its plan needs nothing from the calibration."""
     plan = _plan(spec, context)
@@ -106,6 +133,8 @@ def _plan(spec: SvtSpec, context: PlanningContext) -> SvtPlan:
                                       sigma_query=spec.sigma_query, method=spec.method.value,
                                       persist_threshold=spec.persist_threshold)
     except ValueError as err:
-        raise PlanningError(f"{where}: {err}") from err
+        smallest = smallest_sigma_threshold(spec, sensitivity, monitor_epsilon, monitor_delta)
+        hint = f"; sigma_threshold = {smallest:.4g} or more fits this budget" if math.isfinite(smallest) else ""
+        raise PlanningError(f"{where}: {err}{hint}") from err
     return SvtPlan(spec, context.window.count, sensitivity, monitor_epsilon, monitor_delta, event,
                    monitor.instance_epsilon, monitor.instance_delta, monitor.describe())

@@ -18,9 +18,9 @@ import math
 from scipy.stats import norm
 
 from dpstream.pipelines.config.specs import ContributionBounds
-from dpstream.pipelines.mechanisms.monitor import SparseVectorMonitor
 from dpstream.pipelines.mechanisms.noise import granularity
 from dpstream.pipelines.mechanisms.thresholds import gaussian_threshold_cutoff
+from dpstream.pipelines.planning import svt
 from dpstream.pipelines.planning.histogram import HistogramPlan
 from dpstream.pipelines.planning.job import ReleasePlan
 from dpstream.pipelines.planning.peak import PeakPlan
@@ -64,28 +64,8 @@ def selection_cutoff(plan: HistogramPlan, bounds: ContributionBounds) -> float:
 
 
 def smallest_sigma_threshold(plan: SvtPlan) -> float:
-    """The smallest sigma_threshold (to 0.1%, rounded up) whose monitor the plan's budget admits, with the
-    plan's sigma_query / sigma_threshold ratio."""
-    spec = plan.spec
-    ratio = plan.monitor().sigma_query / spec.sigma_threshold
-
-    def admits(sigma: float) -> bool:
-        try:
-            SparseVectorMonitor(spec.threshold, sigma, plan.sensitivity, plan.epsilon, plan.delta,
-                                sigma_query=ratio * sigma, method=spec.method.value)
-        except ValueError:
-            return False
-        return True
-
-    low, high = spec.sigma_threshold, spec.sigma_threshold
-    while admits(low) and low > 1e-12:
-        low /= 2
-    while not admits(high) and high < 1e12:
-        high *= 2
-    while high / low > 1.001:
-        middle = math.sqrt(low * high)
-        low, high = (low, middle) if admits(middle) else (middle, high)
-    return high
+    """The smallest sigma_threshold the plan's monitor budget admits (`planning.svt.smallest_sigma_threshold`)."""
+    return svt.smallest_sigma_threshold(plan.spec, plan.sensitivity, plan.epsilon, plan.delta)
 
 
 def _histogram(plan: HistogramPlan, bounds: ContributionBounds) -> str:

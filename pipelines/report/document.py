@@ -342,4 +342,24 @@ def _draw_peak(axis, release, table: pa.Table, context: RunContext) -> None:
     axis.grid(alpha=0.3)
 
 
-_DRAWERS = {"histogram": _draw_histogram, "topk": _draw_topk, "peak": _draw_peak}
+def _draw_svt(axis, release, table: pa.Table, context: RunContext) -> None:
+    """The monitor over time: alert windows as marks, and the window where it halted, if it did."""
+    times = _times(table, "window_start")
+    order = np.argsort(times)
+    times = times[order]
+    alerts = np.asarray(table.column("alert").to_pylist(), dtype=bool)[order]
+    halted = np.asarray(table.column("halted").to_pylist(), dtype=bool)[order]
+    axis.plot(times, np.zeros(times.size), color="lightgray", linewidth=6, solid_capstyle="butt",
+              label=f"{times.size} windows answered")
+    axis.scatter(times[alerts], np.zeros(int(alerts.sum())), marker="v", color="tab:red", s=60, zorder=3,
+                 label=f"alert ({int(alerts.sum())})")
+    if halted.any():
+        axis.axvline(times[np.argmax(halted)], color="black", linestyle="--", label="halted: budget exhausted")
+    axis.set_yticks([])
+    axis.set_title(f"{release.name}: threshold alerts per window (threshold {release.spec.threshold:g} of the "
+                   f"normalised {release.spec.metric})")
+    axis.legend(loc="upper right", fontsize="small")
+    axis.grid(alpha=0.3, axis="x")
+
+
+_DRAWERS = {"histogram": _draw_histogram, "topk": _draw_topk, "peak": _draw_peak, "svt": _draw_svt}

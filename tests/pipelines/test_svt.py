@@ -195,3 +195,22 @@ def test_monitor_budget_is_its_weight_share_and_debited_only_when_opened():
     assert monitor.event in plan.events() and monitor.event not in plan.events(frozenset({"alerts"}))
     assert plan.epsilon <= 8.0
     assert np.isclose(monitor.sensitivity, 1 / USERS)
+
+
+def test_an_svt_only_job_has_a_chart(tmp_path):
+    """The chart's svt panel: alerts and the halting window over time; a job of svt releases alone gets one."""
+    from dpstream.accounting.ledger import Ledger
+    from dpstream.pipelines.config import jobfile
+    from dpstream.pipelines.run import runner
+    from tests.pipelines.test_remote_output import SVT
+    from tests.pipelines.test_runner import JOB, _events
+
+    job = JOB[:JOB.index("[[release]]")] + SVT + JOB[JOB.index("[output]"):]
+    (tmp_path / "events.csv").write_text(_events(30))
+    (tmp_path / "job.toml").write_text(job)
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    with Ledger(url, create=True) as ledger:
+        ledger.init_scope("test", 10.0, 1e-4, "approx:release_delta=1e-6")
+    outcome = runner.run(jobfile.load(str(tmp_path / "job.toml")), str(tmp_path / "out"), url, log=lambda _: None)
+    assert list(outcome.files) == ["alerts"] and outcome.report["chart"] == "chart.png"
+    assert (tmp_path / "out" / "chart.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

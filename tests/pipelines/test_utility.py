@@ -82,3 +82,20 @@ def test_every_release_kind_has_a_line():
     assert "RMSE" in lines["known"] and "clears" in lines["selected"] and "90%" in lines["top"]
     assert "admits sigma_threshold down to" in lines["alerts"]
     assert PLAN["peak"].sigma > 1 and "is picked only 72% of the time: raise epsilon" in lines["peak"]  # hopeless
+
+
+def test_a_refused_sigma_threshold_names_the_smallest_that_fits():
+    import re
+
+    import pytest
+
+    from dpstream.pipelines.planning import PlanningError
+
+    releases = (SvtSpec("alerts", maximum=100.0, threshold=0.5, sigma_threshold=0.05),)
+    with pytest.raises(PlanningError, match="admits no fsrc instance") as refused:
+        plan_job(releases, BOUNDS, WINDOW, 1.0, 1e-6)
+    smallest = float(re.search(r"sigma_threshold = ([\d.e+-]+) or more fits this budget", str(refused.value)).group(1))
+    plan_job((SvtSpec("alerts", maximum=100.0, threshold=0.5, sigma_threshold=smallest),), BOUNDS, WINDOW, 1.0, 1e-6)
+    with pytest.raises(PlanningError):
+        plan_job((SvtSpec("alerts", maximum=100.0, threshold=0.5, sigma_threshold=smallest / 1.01),), BOUNDS, WINDOW,
+                 1.0, 1e-6)
