@@ -5,7 +5,7 @@ import importlib
 import sys
 import time
 
-BENCHMARKS = ("accounting", "selection", "mechanisms", "pipelines", "svt_filters", "svt")
+BENCHMARKS = ("accounting", "selection", "mechanisms", "pipelines", "svt_filters", "svt", "clamping")
 
 
 def main() -> int:

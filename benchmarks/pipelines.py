@@ -35,7 +35,7 @@ twice: with its default weights (equal zCDP shares) and with PipelineDP's own
 split of the budget (`matched_weights`: each release gets the zCDP cost
 PipelineDP spends on it, selection mechanism included), so the second run
 answers "same budget per release, less error?" release by release. dpstream
-clamps released counts at 0 by default (`clamp`); a third dpstream run at
+clamps released counts at 0 (`clamp = true`, the default when these figures were taken); a third dpstream run at
 PipelineDP's split releases unclamped values, and PipelineDP's own output
 clamped after the fact (`pipelinedp_clamped`, no extra run) shows what the
 clamping alone is worth. The `_distinct` runs (default and matched weights)
@@ -263,7 +263,7 @@ def _distinct(releases) -> tuple[ReleaseSpec, ...]:
 
 
 def _clamped(run: tuple[float, dict, dict]) -> tuple[float, dict, dict]:
-    """A run's released counts clamped at 0 after the fact (what dpstream does by default; no new run)."""
+    """A run's released counts clamped at 0 after the fact (what dpstream does with clamp = true; no new run)."""
     seconds, cells, noise = run
     return seconds, {name: {cell: max(value, 0.0) for cell, value in values.items()} for name, values in cells.items()}, noise
 
@@ -275,9 +275,9 @@ def accuracy_benchmark(data: dict, directory: str, scenarios=ACCURACY_SCENARIOS)
     RMSE against the bounded and the raw counts; ratios to PipelineDP.
     """
     partitions = data["partitions"]
-    releases = (HistogramSpec("gaussian", noise="gaussian", partitions=partitions),
-                HistogramSpec("laplace", noise="laplace", partitions=partitions),
-                HistogramSpec("unknown"))
+    releases = (HistogramSpec("gaussian", noise="gaussian", partitions=partitions, clamp=True),
+                HistogramSpec("laplace", noise="laplace", partitions=partitions, clamp=True),
+                HistogramSpec("unknown", clamp=True))
     kinds = {"gaussian": ("gaussian", True), "laplace": ("laplace", True), "unknown": ("gaussian", False)}
     data = {**data, "known_domain": [(day, dest) for day in range(data["window"].count) for dest in partitions]}
     results = {}

@@ -38,7 +38,7 @@ def budget(ledger: str, end: str, seed: int | None) -> dp.Budget:
         bounds=dp.ContributionBounds(max_partitions=2, max_contributions=1),
         window=dp.WindowSpec.of("1d", "2013-01-01", end, timezone="America/New_York"),
         unit_period=86400.0,  # privacy unit: one aircraft during one day
-        releases=[dp.HistogramSpec("daily_departures", partitions=DESTINATIONS),
+        releases=[dp.HistogramSpec("daily_departures", partitions=DESTINATIONS, clamp=True),
                   dp.TopKSpec("daily_top5", k=5, partitions=DESTINATIONS, weight=2.0)],
     )
 

@@ -36,6 +36,7 @@ max_contributions = 1
 [[release]]
 kind = "histogram"
 name = "daily_departures"
+clamp = true
 [[release]]
 kind = "topk"
 name = "daily_top5"

@@ -325,7 +325,7 @@ def _histogram(check: "_Checker", entry: dict, where: str, name: str, weight: fl
         HistogramSpec, name=name, weight=weight, partitions=partitions,
         noise=check.choice(entry, where, "noise", tuple(Noise), default=Noise.GAUSSIAN),
         selection=check.choice(entry, where, "selection", tuple(Selection), default=Selection.GAUSSIAN),
-        clamp=check.flag(entry, where, "clamp", default=True),
+        clamp=check.flag(entry, where, "clamp", default=False),
     )
 
 

@@ -2,7 +2,8 @@
 
 For each release, in the units of its outputs:
 - histogram: the noise's standard deviation (the RMSE of an unclamped value) and the half-width of its 95%
-  interval; over unknown partitions also the cutoff a partition's noisy sum must clear to appear at all;
+  interval; over unknown partitions also the cutoff a partition's noisy sum must clear to appear at all; with
+  `clamp`, the mean bias of a cell whose truth is 0, sigma / sqrt(2 pi), which sums over partitions add up;
 - top-k: the margin between two partitions' scores that the exponential mechanism orders right 90% of the time,
   ln(9) Delta / epsilon (a pick with logits epsilon score / Delta, Dong–Durfee–Rogers);
 - peak: the noise on window totals (sigma times the maximum) and the lead over a rival window that is picked
@@ -73,7 +74,17 @@ def _histogram(plan: HistogramPlan, bounds: ContributionBounds) -> str:
             f"95% of the time")
     if plan.mechanism == "gaussian_threshold":
         text += f"; a partition appears only if its noisy total clears {selection_cutoff(plan, bounds):.4g}"
+    if plan.value_range != (-math.inf, math.inf):
+        text += (f"; clamped to the range a sum can take: a cell whose truth is on its edge (a count of 0) is off by "
+                 f"{clamp_bias(plan):.4g} on average, always inward, and sums over partitions add that up (clamp = false "
+                 f"is unbiased)")
     return text
+
+
+def clamp_bias(plan: HistogramPlan) -> float:
+    """E[max(Z, 0)] for Z ~ N(0, s^2), s the noise's standard deviation: the mean bias clamping adds to a cell
+    whose truth lies at the edge of the range (a count of 0), s / sqrt(2 pi) (close for discrete noise)."""
+    return plan.noise_stddev / math.sqrt(2.0 * math.pi)
 
 
 def _svt(plan: SvtPlan) -> str:

@@ -24,7 +24,7 @@ BOUNDS = ContributionBounds(max_partitions=2, max_contributions=3)
 DATA_PARTITIONS = tuple("ABCDEF")
 LISTED = ("A", "B", "C", "D", "E", "F", "G", "Z")  # G and Z never occur in the data
 RELEASES = (
-    HistogramSpec("known", partitions=LISTED),
+    HistogramSpec("known", partitions=LISTED, clamp=True),
     HistogramSpec("unknown"),
     HistogramSpec("distinct", selection="distinct"),
     TopKSpec("top", k=3, partitions=LISTED, counts=True),
@@ -75,7 +75,7 @@ def test_known_partitions_appear_in_every_window_empty_or_not(batch_rows):
     for start, _ in windows:
         assert sorted(r["partition"] for r in rows if r["window_start"] == start) == sorted(LISTED)
     assert all(r["noise_stddev"] == rows[0]["noise_stddev"] > 0 for r in rows)
-    assert all(r["value"] >= 0 for r in rows)  # counts are clamped at 0 by default
+    assert all(r["value"] >= 0 for r in rows)  # counts are clamped at 0 (clamp = true)
 
 
 @pytest.mark.parametrize("name", ["unknown", "distinct"])

@@ -111,10 +111,10 @@ def test_selection_for_unknown_partitions(tmp_path):
         _load(tmp_path, text + 'selection = "laplace"\n')
 
 
-def test_clamp_is_a_histogram_flag_on_by_default(tmp_path):
+def test_clamp_is_a_histogram_flag_off_by_default(tmp_path):
     text = BASE.replace('kind = "topk"\nname = "top_k"\nk = 1', 'kind = "histogram"\nname = "h"')
-    assert _load(tmp_path, text).releases[0].clamp is True
-    assert _load(tmp_path, text + "clamp = false\n").releases[0].clamp is False
+    assert _load(tmp_path, text).releases[0].clamp is False
+    assert _load(tmp_path, text + "clamp = true\n").releases[0].clamp is True
     with pytest.raises(jobfile.JobFileError, match="release.h.clamp must be true or false, got 'no'"):
         _load(tmp_path, text + 'clamp = "no"\n')
     with pytest.raises(jobfile.JobFileError, match="release.top_k.clamp applies to histogram releases"):

@@ -33,10 +33,10 @@ from tests.pipelines.helpers import DAY, START
 LETTERS = tuple("ABCDEFGHIJ")
 WINDOW = WindowSpec(size=DAY, start=START, end=START + 60 * DAY)
 RELEASES = (
-    HistogramSpec("laplace", noise="laplace", partitions=LETTERS),
-    HistogramSpec("gaussian", weight=2.0, partitions=LETTERS),
-    HistogramSpec("unknown"),
-    HistogramSpec("truncated", selection="truncated"),
+    HistogramSpec("laplace", noise="laplace", partitions=LETTERS, clamp=True),
+    HistogramSpec("gaussian", weight=2.0, partitions=LETTERS, clamp=True),
+    HistogramSpec("unknown", clamp=True),
+    HistogramSpec("truncated", selection="truncated", clamp=True),
     TopKSpec("top", k=3, partitions=LETTERS, counts=True),
     PeakSpec("peak", period=7 * DAY, maximum=5000.0),
 )

@@ -99,3 +99,18 @@ def test_a_refused_sigma_threshold_names_the_smallest_that_fits():
     with pytest.raises(PlanningError):
         plan_job((SvtSpec("alerts", maximum=100.0, threshold=0.5, sigma_threshold=smallest / 1.01),), BOUNDS, WINDOW,
                  1.0, 1e-6)
+
+
+def test_clamp_bias_is_the_mean_of_clamped_noise_on_zero_counts():
+    """100,000 clamped releases of a zero count: their mean is within 5 standard errors (plus 0.01 for the
+    discrete noise) of the stated bias; an unclamped plan states none."""
+    from dpstream.pipelines.planning.utility import clamp_bias
+
+    plans = plan_job((HistogramSpec("c", partitions=("A",), clamp=True), HistogramSpec("u", partitions=("A",))),
+                     BOUNDS, WINDOW, 2.0, 1e-6)
+    plan = plans["c"]
+    noisy = mechanisms.gaussian(np.zeros(100_000), plan.noise, SecureRandom(4), sensitivity=plan.sensitivity,
+                                max_partitions=plan.max_partitions).value
+    clamped = np.maximum(noisy, 0.0)
+    assert abs(clamped.mean() - clamp_bias(plan)) <= 5 * clamped.std() / np.sqrt(clamped.size) + 0.01
+    assert "off by" in expected_utility(plan, BOUNDS) and "off by" not in expected_utility(plans["u"], BOUNDS)
