@@ -210,13 +210,15 @@ class Budget:
                                      lease_seconds=self.lease_seconds)
             display_url = ledger.display_url
         if not ticket.admitted or ticket.run_id is None:
-            raise RunError(f"{ticket.message}; {self._refusal_fix(periods, continued)}", EXIT_REFUSED)
+            fix = self._refusal_fix(periods, continued)
+            raise RunError(f"{ticket.message}; {fix}" if fix else ticket.message, EXIT_REFUSED)
         return Admission(display_url, self.scope, ticket.run_id, label, ticket.message, event, periods, note)
 
     def _refusal_fix(self, periods: Periods | None, continued: frozenset[str]) -> str:
         """What would be admitted instead: the largest job epsilon the scope admits now (same delta, bounds and
-        releases, within 0.4% and rounded down to 3 significant digits: it is admitted), and for an approx scope that prices runs at a smaller
-        delta than the job's, how to price them at the job's own. Public values only."""
+        releases, within 0.4% and rounded down to 3 significant digits: it is admitted), and for an approx scope
+        that prices runs at a smaller delta than the job's, how to price them at the job's own; "" when the
+        filters would admit the run as it is (it was refused for another reason). Public values only."""
         with self._ledger("nothing was debited") as ledger:
             filters = ledger.deciding_filters(self.scope, periods)
 
@@ -229,6 +231,8 @@ class Budget:
             event = Composed(tuple(plan.events(continued)))
             return all(f.admits(event) for f in filters)
 
+        if admitted(self.epsilon):
+            return ""  # the filters would admit this run: it was refused for another reason (a retired scope)
         fix = self._price_hint(filters)
         event = Composed(tuple(self.plan.events(continued)))
         guess = 0.9 * self.epsilon * min(

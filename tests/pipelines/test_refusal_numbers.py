@@ -77,3 +77,12 @@ def test_a_period_scope_names_the_fullest_period(tmp_path):
                      r"those periods has epsilon=2, delta=1e-06 left", message), message
     suggestion = float(re.search(r"privacy\.epsilon = ([\d.]+) or less fits", message).group(1))
     assert _admitted(_budget(url, suggestion, "p", 86400)) and not _admitted(_budget(url, suggestion * 1.02, "p", 86400))
+
+
+def test_a_retired_scope_gets_no_epsilon_suggestion(tmp_path):
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    with Ledger(url, create=True) as ledger:
+        ledger.init_scope("s", 5.0, 1e-5, "approx:release_delta=1e-6")
+        ledger.retire_scope("s", "superseded")
+    message = _refusal(_budget(url, 1.0))
+    assert "was retired at" in message and "(superseded)" in message and "fits" not in message
