@@ -28,7 +28,7 @@ from dpstream.pipelines.planning.peak import PeakPlan
 from dpstream.pipelines.planning.svt import SvtPlan
 from dpstream.pipelines.planning.topk import TopKPlan
 
-Z90, Z975 = float(norm.ppf(0.9)), float(norm.ppf(0.975))
+Z90, Z975 = float(norm.ppf(0.9)), float(norm.ppf(0.975))  # 90% one-sided and 95% two-sided normal quantiles
 
 
 def expected_utility(plan: ReleasePlan, bounds: ContributionBounds) -> str:

@@ -25,13 +25,13 @@ from dpstream.accounting.text import duration_text, version
 from dpstream.connectors.writers import join, read_rows, write_bytes
 from dpstream.pipelines.config.jobfile import Job
 from dpstream.pipelines.planning import JobPlan
+from dpstream.pipelines.planning.utility import Z975 as Z_95  # two-sided 95% normal quantile of the error bars
 from dpstream.pipelines.run.budget import Debit
 from dpstream.pipelines.transforms.windowing import iso
 
 REPORT_JSON = "report.json"
 REPORT_MD = "report.md"
 CHART_PNG = "chart.png"
-Z_95 = 1.959963984540054  # two-sided 95% normal quantile: error bars are value +- Z_95 * noise stddev
 
 
 @dataclass(frozen=True)

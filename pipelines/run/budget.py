@@ -231,10 +231,10 @@ class Budget:
             event = Composed(tuple(plan.events(continued)))
             return all(f.admits(event) for f in filters)
 
-        if admitted(self.epsilon):
+        event = Composed(tuple(self.plan.events(continued)))
+        if all(f.admits(event) for f in filters):
             return ""  # the filters would admit this run: it was refused for another reason (a retired scope)
         fix = self._price_hint(filters)
-        event = Composed(tuple(self.plan.events(continued)))
         guess = 0.9 * self.epsilon * min(
             (left / cost for f in filters for cost, left in zip(f.cost_terms(event).values(), f.left_terms().values())
              if cost > 0), default=1.0)  # costs grow about linearly with epsilon: a guess just below the answer
