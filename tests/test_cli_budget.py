@@ -164,7 +164,7 @@ def test_period_scope_spend_show_and_history(periodic, capsys):
     assert "largest spent in one period: spent_epsilon=1" in text and "releases: 3" in text
     assert main(["budget", "show", "--ledger", periodic, "--scope", "daily", "--json"]) == 0
     view = json.loads(capsys.readouterr().out)
-    assert view["unit_period"] == 86400 and view["periods_spent"] == 5
+    assert view["unit_period"] == "1d" and view["unit_period_grid"] == {"period_s": 86400} and view["periods_spent"] == 5
     assert view["largest_spent"] == {"max_spent_epsilon": 1.0}
     assert [(p["start"], p["releases"], p["state"]["spent_epsilon"]) for p in view["periods"]] == [
         ("2013-01-01T00:00:00Z", 1, 0.6), ("2013-01-02T00:00:00Z", 1, 0.6), ("2013-01-03T00:00:00Z", 2, 1.0),
@@ -219,4 +219,4 @@ def test_unit_period_durations_match_the_job_file(ledger, capsys):
                      "--unit-period", text]) == 0
         capsys.readouterr()
         assert main(["budget", "show", "--ledger", ledger, "--scope", name, "--json"]) == 0
-        assert json.loads(capsys.readouterr().out)["unit_period"] == seconds
+        assert json.loads(capsys.readouterr().out)["unit_period_grid"] == {"period_s": seconds}

@@ -52,9 +52,11 @@ A monitor is created, with its budget debited, by the commit of the run that
 opened it.
 
 Period scopes (`init_scope(..., unit_period=P)`, `dpstream budget init
---unit-period 1d`) serve jobs whose privacy unit is user x period. Periods are
-absolute: period k covers [k P, (k+1) P) seconds since 1970-01-01T00:00:00Z,
-so every run agrees on them. The scope's (epsilon, delta) and filter are the
+--unit-period 1d`, or `--unit-period 1day --timezone America/New_York`) serve
+jobs whose privacy unit is user x period. Periods are absolute (`PeriodGrid`):
+period k covers [k P, (k+1) P) seconds since 1970-01-01T00:00:00Z, or the k-th
+local day, ISO week, month or year since 1970 in the scope's time zone, so every
+run agrees on them. The scope's (epsilon, delta) and filter are the
 budget of EACH period: every period has its own filter state (table
 `dpstream_periods`, a fresh filter of the scope's kind created on its first
 debit). A spend names the periods it touches (`Periods`); it is admitted only
@@ -91,7 +93,7 @@ The two new tables are created when missing by any `Ledger(url, create=True)`
 from __future__ import annotations
 
 from dpstream.accounting.ledger.errors import LedgerConflict, LedgerError, UnknownScopeError
-from dpstream.accounting.ledger.periods import MAX_PERIODS_PER_SPEND, Periods, check_unit_period, on_period_boundary
+from dpstream.accounting.ledger.periods import MAX_PERIODS_PER_SPEND, PeriodGrid, Periods, check_unit_period
 from dpstream.accounting.ledger.records import (
     PUBLISHED,
     RUN_OUTCOMES,
@@ -125,6 +127,7 @@ __all__ = [
     "MONITOR_SCOPE_FILTERS",
     "MonitorRecord",
     "MonitorView",
+    "PeriodGrid",
     "Periods",
     "PeriodsView",
     "PUBLISHED",
@@ -136,7 +139,6 @@ __all__ = [
     "SpendResult",
     "UnknownScopeError",
     "check_unit_period",
-    "on_period_boundary",
     "parse_filter_spec",
     "resolve_url",
 ]

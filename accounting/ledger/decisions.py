@@ -22,7 +22,6 @@ from dpstream.accounting.ledger.errors import LedgerError
 from dpstream.accounting.ledger.periods import Periods, period_runs
 from dpstream.accounting.ledger.records import largest_spent, scope_config
 from dpstream.accounting.ledger.schema import Tables
-from dpstream.accounting.text import duration_text
 
 
 def now_text() -> str:
@@ -39,18 +38,18 @@ class Decision:
 
 
 def check_periods(row: sa.Row, periods: Periods | None) -> None:
-    """A release names periods exactly when its scope is a period scope, of the scope's length."""
-    period, _ = scope_config(row)
+    """A release names periods exactly when its scope is a period scope, of the scope's grid."""
+    grid, _ = scope_config(row)
     scope = row.name
-    if period is None and periods is not None:
+    if grid is None and periods is not None:
         raise LedgerError(f"scope {scope!r} has one budget for all its releases (no unit period), so a release "
                           f"names no periods; nothing was debited")
-    if period is not None and periods is None:
-        raise LedgerError(f"scope {scope!r} has a budget per {duration_text(period)} period: name the periods the "
+    if grid is not None and periods is None:
+        raise LedgerError(f"scope {scope!r} has a budget per {grid.text} period: name the periods the "
                           f"release touches (`dpstream budget spend --periods START..END`); nothing was debited")
-    if period is not None and periods is not None and periods.seconds != period:
-        raise LedgerError(f"scope {scope!r} has {duration_text(period)} periods ({period} s), the release names "
-                          f"{duration_text(periods.seconds)} periods ({periods.seconds} s); nothing was debited")
+    if grid is not None and periods is not None and periods.grid != grid:
+        raise LedgerError(f"scope {scope!r} has periods of {grid.text}, the release names periods of "
+                          f"{periods.grid.text}; nothing was debited")
 
 
 def decide(tables: Tables, conn: sa.Connection, row: sa.Row, event: Event, label: str,
@@ -149,7 +148,7 @@ def _decide_periods(tables: Tables, conn: sa.Connection, row: sa.Row, event: Eve
             write_periods(conn, list(periods.indices()), count=True)
             after = largest_spent([f for _, _, f in decisions.values()])
             release_id = _insert_release(tables, conn, scope, label, event, {
-                "filter": row.filter_kind, "period_s": periods.seconds, "periods": periods.count, **after})
+                "filter": row.filter_kind, **periods.grid.to_dict(), "periods": periods.count, **after})
             conn.execute(tables.release_periods.insert(),
                          [{"release_id": release_id, "period": p} for p in periods.indices()])
             return release_id
@@ -161,7 +160,7 @@ def _decide_periods(tables: Tables, conn: sa.Connection, row: sa.Row, event: Eve
         return None
 
     already = [p for p in refused if decision(p)[1]]
-    runs = period_runs(periods.seconds, refused)
+    runs = period_runs(periods.grid, refused)
     where = "; ".join(run.describe() for run in runs[:3]) + ("; ..." if len(runs) > 3 else "")
     if len(already) == len(refused):
         refusal = (f"refused: release {label!r} touches {len(refused)} halted period(s) of scope {scope!r} "
@@ -171,7 +170,7 @@ def _decide_periods(tables: Tables, conn: sa.Connection, row: sa.Row, event: Eve
                       key=lambda f: tuple(f.left_terms().values()))
         refusal = (f"refused: release {label!r} would exceed the budget of scope {scope!r} in {len(refused)} of its "
                    f"{periods.count} periods ({where}; {row.filter_kind} filter, epsilon={row.epsilon:g}, "
-                   f"delta={row.delta:g} per {duration_text(periods.seconds)} period): it costs "
+                   f"delta={row.delta:g} per {periods.grid.text} period): it costs "
                    f"{terms_text(fullest.cost_terms(event))} per period, and the fullest of those periods has "
                    f"{terms_text(fullest.left_terms())} left; nothing was debited"
                    + (f"; {len(halting)} period(s) have now halted" if halting else ""))

@@ -9,16 +9,16 @@ import sqlalchemy as sa
 
 from dpstream.accounting.events import Event
 from dpstream.accounting.filters import PrivacyFilter
-from dpstream.accounting.ledger.periods import Periods
+from dpstream.accounting.ledger.periods import PeriodGrid, Periods
 
 PERIOD_SCOPE = "period-scope"  # the `filter` tag of a period scope's filter_state JSON
 
 
-def scope_config(row: sa.Row) -> tuple[int | None, dict[str, Any]]:
-    """(period length in seconds or None for a plain scope, the filter dict: state, or a period's fresh template)."""
+def scope_config(row: sa.Row) -> tuple[PeriodGrid | None, dict[str, Any]]:
+    """(the period grid or None for a plain scope, the filter dict: state, or a period's fresh template)."""
     data = json.loads(row.filter_state)
     if data.get("filter") == PERIOD_SCOPE:
-        return int(data["period_s"]), data["template"]
+        return PeriodGrid.from_dict(data), data["template"]
     return None, data
 
 
@@ -169,7 +169,7 @@ class PeriodsView:
 @dataclass(frozen=True)
 class ScopeView:
     """A scope's public view (`Ledger.show`): budget, filter rule and public state, releases, monitors; on a period
-    scope, the period length (`unit_period`, seconds) and `periods`."""
+    scope, its period grid (`unit_period`) and `periods`."""
 
     scope: str
     epsilon: float
@@ -181,7 +181,7 @@ class ScopeView:
     releases: int
     monitors: tuple[MonitorView, ...]
     created_at: str
-    unit_period: int | None = None
+    unit_period: PeriodGrid | None = None
     periods: PeriodsView | None = None
     retired: str | None = None  # "AT (REASON)" once `budget retire` ended the scope
 
@@ -190,7 +190,8 @@ class ScopeView:
         out = {"scope": self.scope, "epsilon": self.epsilon, "delta": self.delta, "filter": self.filter,
                "rule": self.rule, "state": self.state, "halted": self.halted, "releases": self.releases,
                "monitors": [m.to_dict() for m in self.monitors], "created_at": self.created_at,
-               "unit_period": self.unit_period, "retired": self.retired}
+               "unit_period": None if self.unit_period is None else self.unit_period.text,
+               "unit_period_grid": None if self.unit_period is None else self.unit_period.to_dict(), "retired": self.retired}
         if self.periods is not None:
             out.update({"periods_spent": self.periods.spent, "periods_halted": self.periods.halted,
                         "largest_spent": self.periods.largest_spent, "first_period": self.periods.first,

@@ -22,7 +22,7 @@ from dpstream.accounting.events import Event
 from dpstream.accounting.filters import SCOPE_FILTERS, EventFilter, PrivacyFilter, default_scope_filter, scope_filter
 from dpstream.accounting.ledger.decisions import check_periods, decide, inserted_id, now_text
 from dpstream.accounting.ledger.errors import LedgerConflict, LedgerError, UnknownScopeError
-from dpstream.accounting.ledger.periods import Periods, check_unit_period, period_runs
+from dpstream.accounting.ledger.periods import PeriodGrid, Periods, period_runs
 from dpstream.accounting.ledger.records import (
     EXPIRED,
     FAILED,
@@ -44,7 +44,7 @@ from dpstream.accounting.ledger.records import (
     scope_config,
 )
 from dpstream.accounting.ledger.schema import define_tables, upgrade
-from dpstream.accounting.text import duration_text, instant_text
+from dpstream.accounting.text import instant_text
 
 DEFAULT_URL = "sqlite:///dpstream-ledger.db"
 LEDGER_ENV = "DPSTREAM_LEDGER"
@@ -224,14 +224,15 @@ class Ledger:
     # -- scopes -----------------------------------------------------------------------------------
 
     def init_scope(self, scope: str, epsilon: float, delta: float, filter_spec: str | None = None,
-                   unit_period: float | None = None) -> ScopeView:
+                   unit_period: PeriodGrid | float | str | None = None, timezone: str = "UTC") -> ScopeView:
         """Create a budget scope with total (epsilon, delta) and its filter (see the module docstring).
 
-        unit_period: None for a plain scope (one budget for all its releases); else the period length in
-        whole seconds of a period scope, whose (epsilon, delta) and filter are the budget of each period.
+        unit_period: None for a plain scope (one budget for all its releases); else a period scope's grid (whole
+        seconds, a calendar length such as "1day" or "1month" in `timezone`, or a `PeriodGrid`), whose
+        (epsilon, delta) and filter are the budget of each period.
         """
         _check_name("scope", scope, 200)
-        period = None if unit_period is None else check_unit_period(unit_period)
+        grid = None if unit_period is None else PeriodGrid.of(unit_period, timezone)
         if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
             raise LedgerError(f"epsilon must be a positive finite number, got {epsilon!r}")
         if not (isinstance(delta, (int, float)) and math.isfinite(delta) and 0 <= delta < 1):
@@ -252,8 +253,8 @@ class Ledger:
                     delta=float(delta),
                     filter_kind=kind,
                     filter_state=json.dumps(
-                        budget_filter.to_dict() if period is None
-                        else {"filter": PERIOD_SCOPE, "period_s": period, "template": budget_filter.to_dict()}
+                        budget_filter.to_dict() if grid is None
+                        else {"filter": PERIOD_SCOPE, **grid.to_dict(), "template": budget_filter.to_dict()}
                     ),
                     created_at=now_text(),
                 )
@@ -276,8 +277,8 @@ class Ledger:
             return SpendResult(False, scope, label, None, decision.refusal or "refused")
         return SpendResult(True, scope, label, release_id, _admitted(label, release_id, scope, periods))
 
-    def unit_period(self, scope: str) -> int | None:
-        """The scope's period length in seconds, or None for a plain scope."""
+    def unit_period(self, scope: str) -> PeriodGrid | None:
+        """The scope's period grid, or None for a plain scope."""
         with self._reading() as conn:
             return scope_config(self._scope_row(conn, scope))[0]
 
@@ -286,10 +287,10 @@ class Ledger:
         """svt monitors only on plain scopes whose filter has a concurrent-composition theorem
         (MONITOR_SCOPE_FILTERS), never on period scopes (a monitor's sealed state runs on across runs and
         periods while its budget is debited once)."""
-        period, _ = scope_config(row)
-        if period is not None:
+        grid, _ = scope_config(row)
+        if grid is not None:
             raise LedgerError(
-                f"scope {row.name!r} has a budget per {duration_text(period)} period, which does not support "
+                f"scope {row.name!r} has a budget per {grid.text} period, which does not support "
                 f"svt monitors: an svt monitor's sealed state runs on across runs and periods while its budget is "
                 f"debited once; use a scope without a unit period for svt releases; nothing was debited"
             )
@@ -339,8 +340,7 @@ class Ledger:
                 decision.write(conn)
             result = conn.execute(self.runs.insert().values(
                 scope=scope, label=label, status=RUNNING if decision.admitted else REFUSED,
-                events=json.dumps(event.to_dict()), periods=None if periods is None else json.dumps(
-                    [periods.seconds, periods.first, periods.last]),
+                events=json.dumps(event.to_dict()), periods=None if periods is None else json.dumps(periods.to_json()),
                 monitors=json.dumps({n: [e, d, r is None] for n, (e, d, r) in monitors.items()}), output=output,
                 lease_until=clock + lease_seconds if decision.admitted else clock, monitors_pending=False,
                 reason=decision.refusal, created_at=now_text(), finished_at=None if decision.admitted else now_text()))
@@ -396,7 +396,7 @@ class Ledger:
         if expect is not None and token != expect:
             raise LedgerConflict(f"scope {scope!r} changed since run {run_id}'s publication was previewed")
         event = Event.from_dict(json.loads(run.events))
-        periods = None if run.periods is None else Periods(*json.loads(run.periods))
+        periods = None if run.periods is None else Periods.from_json(json.loads(run.periods))
         decision = decide(self.tables, conn, row, event, run.label, periods)
         release_id = decision.write(conn)
         if release_id is None:
@@ -640,13 +640,13 @@ class Ledger:
             sa.select(self.monitors).where(self.monitors.c.scope == scope).order_by(self.monitors.c.name)
         ).all()
         leases = self._monitor_leases(conn, scope, time.time())
-        period, template = scope_config(row)
-        period_rows = [] if period is None else self._period_rows(conn, scope)
+        grid, template = scope_config(row)
+        period_rows = [] if grid is None else self._period_rows(conn, scope)
         monitors_view = tuple(monitor_view(m, leases.get(m.name)) for m in monitors)
         retired = conn.execute(sa.select(self.retired).where(self.retired.c.scope == scope)).one_or_none()
         retired_text = None if retired is None else f"{retired.retired_at} ({retired.reason})"
-        if period is not None:
-            return replace(self._period_view(row, period, template, period_rows, int(count), monitors_view),
+        if grid is not None:
+            return replace(self._period_view(row, grid, template, period_rows, int(count), monitors_view),
                            retired=retired_text)
         budget_filter = PrivacyFilter.from_dict(template)
         return ScopeView(row.name, row.epsilon, row.delta, row.filter_kind, budget_filter.describe(),
@@ -659,27 +659,26 @@ class Ledger:
         ).all()
 
     @staticmethod
-    def _period_view(row: sa.Row, period: int, template: dict[str, Any], period_rows: Sequence[sa.Row], count: int,
+    def _period_view(row: sa.Row, grid: PeriodGrid, template: dict[str, Any], period_rows: Sequence[sa.Row], count: int,
                      monitors: tuple[MonitorView, ...]) -> ScopeView:
         """`show` of a period scope: the budget of each period and public figures over the periods spent on."""
         spent = [r for r in period_rows if r.releases > 0]
         filters = [PrivacyFilter.from_dict(json.loads(r.filter_state)) for r in period_rows]
         largest = largest_spent([f for f, r in zip(filters, period_rows) if r.releases > 0])
         halted = sum(f.halted for f in filters)
-        rule = (f"a budget per {duration_text(period)} period (period k covers [k*{period}, (k+1)*{period}) seconds "
-                f"since 1970-01-01T00:00:00Z); in each period, {PrivacyFilter.from_dict(template).describe()}")
-        periods = PeriodsView(len(spent), halted, largest, instant_text(spent[0].period * period) if spent else None,
-                              instant_text(spent[-1].period * period) if spent else None)
+        rule = f"a budget per {_grid_rule(grid)}; in each period, {PrivacyFilter.from_dict(template).describe()}"
+        periods = PeriodsView(len(spent), halted, largest, instant_text(grid.start(spent[0].period)) if spent else None,
+                              instant_text(grid.start(spent[-1].period)) if spent else None)
         # A period scope never halts as a whole (halted False); see periods.halted.
         return ScopeView(row.name, row.epsilon, row.delta, row.filter_kind, rule,
                          {"periods_spent": len(spent), "periods_halted": halted, **largest}, False, count, monitors,
-                         row.created_at, period, periods)
+                         row.created_at, grid, periods)
 
     def period_states(self, scope: str) -> list[dict[str, Any]]:
         """A period scope's periods that have a filter state, oldest first: start, end, releases, public state."""
         with self._reading() as conn:
-            period, _ = scope_config(self._scope_row(conn, scope))
-            if period is None:
+            grid, _ = scope_config(self._scope_row(conn, scope))
+            if grid is None:
                 raise LedgerError(f"scope {scope!r} has one budget for all its releases (no unit period), so no periods")
             rows = self._period_rows(conn, scope)
         out = []
@@ -687,8 +686,8 @@ class Ledger:
             budget_filter = PrivacyFilter.from_dict(json.loads(r.filter_state))
             out.append({
                 "period": int(r.period),
-                "start": instant_text(r.period * period),
-                "end": instant_text((r.period + 1) * period),
+                "start": instant_text(grid.start(r.period)),
+                "end": instant_text(grid.start(r.period + 1)),
                 "releases": int(r.releases),
                 "state": budget_filter.public_dict(),
                 "halted": budget_filter.halted,
@@ -698,12 +697,12 @@ class Ledger:
     def history(self, scope: str) -> list[ReleaseRecord]:
         """Every admitted release of the scope, oldest first (on a period scope, with the periods it was charged)."""
         with self._reading() as conn:
-            period, _ = scope_config(self._scope_row(conn, scope))
+            grid, _ = scope_config(self._scope_row(conn, scope))
             rows = conn.execute(
                 sa.select(self.releases).where(self.releases.c.scope == scope).order_by(self.releases.c.id)
             ).all()
             charged: dict[int, list[int]] = {}
-            if period is not None:
+            if grid is not None:
                 links = conn.execute(
                     sa.select(self.release_periods.c.release_id, self.release_periods.c.period)
                     .join(self.releases, self.releases.c.id == self.release_periods.c.release_id)
@@ -714,7 +713,7 @@ class Ledger:
         return [
             ReleaseRecord(r.id, r.scope, r.label, r.created_at, Event.from_dict(json.loads(r.events)),
                     json.loads(r.budget_after),
-                    None if period is None else tuple(period_runs(period, charged.get(r.id, []))))
+                    None if grid is None else tuple(period_runs(grid, charged.get(r.id, []))))
             for r in rows
         ]
 
@@ -744,6 +743,14 @@ def _check_event(label: str, event: Event, periods: Periods | None) -> None:
 def _admitted(label: str, release_id: int, scope: str, periods: Periods | None) -> str:
     return (f"admitted: release {label!r} (id {release_id}) on scope {scope!r}"
             + ("" if periods is None else f", periods {periods.describe()}"))
+
+
+def _grid_rule(grid: PeriodGrid) -> str:
+    """How a period scope's periods fall, for `show`."""
+    if grid.seconds is not None:
+        return (f"{grid.text} period (period k covers [k*{grid.seconds}, (k+1)*{grid.seconds}) seconds since "
+                f"1970-01-01T00:00:00Z)")
+    return f"{grid.text} period (local midnight to local midnight, following daylight-saving changes)"
 
 
 def _first_chars(text: str, limit: int = 2000) -> str:

@@ -15,8 +15,10 @@ import functools
 import json
 import math
 import sys
-from datetime import datetime, timezone
+from datetime import datetime
+from zoneinfo import ZoneInfo
 
+from dpstream.accounting.calendar import calendar_length
 from dpstream.accounting.event_spec import KINDS, parse_event
 from dpstream.accounting.events import InvalidEventError, SelfComposed
 from dpstream.accounting.filters import SCOPE_FILTERS
@@ -27,11 +29,12 @@ from dpstream.accounting.ledger import (
     Ledger,
     LedgerError,
     MonitorView,
+    PeriodGrid,
     Periods,
     PeriodsView,
     ScopeView,
 )
-from dpstream.accounting.text import duration_text, instant_text
+from dpstream.accounting.text import instant_text
 from dpstream.pipelines.config.times import duration_seconds  # the job file's duration grammar ("1d", "6h", ...)
 from dpstream.pipelines.run.errors import EXIT_ERROR, EXIT_REFUSED
 
@@ -74,11 +77,18 @@ def register(subparsers) -> None:
     init.add_argument("--delta", type=float, required=True, help="total delta of the scope, in [0, 1)")
     init.add_argument("--filter", metavar="F", help=FILTER_HELP)
     init.add_argument(
-        "--unit-period", metavar="DURATION",
+        "--unit-period", metavar="LENGTH",
         help="make a period scope for jobs with [privacy] unit_period: EPSILON, DELTA and the filter are the budget "
-             "of each period of this length (\"1d\", \"6h\", \"30m\" or seconds, a whole number of seconds); "
-             "period k covers [k P, (k+1) P) seconds since 1970-01-01T00:00:00Z, so a daily job's runs over new days "
-             "spend new budgets and a re-run over the same days is charged to them again",
+             "of each period of this length: a duration (\"1d\", \"6h\", \"30m\" or seconds, a whole number of "
+             "seconds; period k covers [k P, (k+1) P) seconds since 1970-01-01T00:00:00Z) or a calendar length "
+             "(\"1day\", \"1week\", \"1month\", \"1year\": local days, ISO weeks, months or years in --timezone); "
+             "a daily job's runs over new days spend new budgets and a re-run over the same days is charged to "
+             "them again",
+    )
+    init.add_argument(
+        "--timezone", metavar="ZONE", default="UTC",
+        help="the IANA time zone of a calendar --unit-period, e.g. America/New_York (default UTC); it must be the "
+             "jobs' [input] timezone",
     )
     init.set_defaults(handler=_init)
 
@@ -169,8 +179,11 @@ def _reports(*errors: type[Exception]):
     return decorate
 
 
-def parse_duration(text: str) -> float:
-    """Seconds from "1d", "6h", "30m", "90s", "2w" (the job file's grammar) or a number of seconds."""
+def parse_unit_period(text: str, timezone: str) -> PeriodGrid:
+    """A period grid from "1d", "6h", "30m", "90s", "2w" (the job file's grammar), a number of seconds, or a
+    calendar length ("1day", "1month", ...) in `timezone`."""
+    if calendar_length(text) is not None:
+        return PeriodGrid.of(text, timezone)
     seconds = duration_seconds(text)
     if math.isnan(seconds):
         try:
@@ -179,38 +192,42 @@ def parse_duration(text: str) -> float:
             seconds = math.nan
     if not (math.isfinite(seconds) and seconds > 0):
         raise LedgerError(f"--unit-period must be a positive duration such as \"1d\", \"6h\", \"30m\" or seconds, "
-                          f"got {text!r}")
-    return seconds
+                          f"or a calendar length such as \"1day\" or \"1month\", got {text!r}")
+    if timezone != "UTC":
+        raise LedgerError(f"--timezone applies to calendar periods (\"1day\", \"1month\", ...) only; a "
+                          f"{text} period is a fixed number of seconds from 1970-01-01T00:00:00Z")
+    return PeriodGrid.of(seconds)
 
 
-def _instant(text: str) -> float:
-    """Seconds since the epoch from an ISO date or date-time; UTC unless the text has an offset."""
+def _instant(text: str, zone: str) -> float:
+    """Seconds since the epoch from an ISO date or date-time; local time in `zone` unless the text has an offset."""
     try:
         moment = datetime.fromisoformat(text.strip())  # a date alone is its midnight
     except ValueError:
         raise LedgerError(f"--periods: expected an ISO date or date-time such as 2013-01-01 or "
                           f"2013-01-01T06:00:00Z, got {text!r}") from None
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
+        moment = moment.replace(tzinfo=ZoneInfo(zone))
     return moment.timestamp()
 
 
-def parse_periods(text: str, seconds: int) -> Periods:
-    """`START..END` -> the periods of length `seconds` overlapping [START, END); `START` -> the period holding it."""
+def parse_periods(text: str, grid: PeriodGrid) -> Periods:
+    """`START..END` -> the periods of `grid` overlapping [START, END); `START` -> the period holding it (times
+    without an offset are in the grid's time zone)."""
     start_text, dots, end_text = text.partition("..")
-    start = _instant(start_text)
+    start = _instant(start_text, grid.timezone)
     if not dots:
-        first = Periods.overlapping(start, start + seconds, seconds).first  # the period that holds START
-        return Periods(seconds, first, first)
-    end = _instant(end_text)
+        first = grid.index(start)
+        return Periods(grid, first, first)
+    end = _instant(end_text, grid.timezone)
     if not end > start:
         raise LedgerError(f"--periods {text!r}: END must be after START")
-    return Periods.overlapping(start, end, seconds)
+    return Periods.overlapping(start, end, grid)
 
 
 @_reports(LedgerError)
 def _init(args: argparse.Namespace) -> int:
-    unit_period = None if args.unit_period is None else parse_duration(args.unit_period)
+    unit_period = None if args.unit_period is None else parse_unit_period(args.unit_period, args.timezone)
     with Ledger(args.ledger, create=True, on_wait=_tell) as ledger:
         view = ledger.init_scope(args.scope, args.epsilon, args.delta, args.filter, unit_period=unit_period)
     if view.unit_period is None:
@@ -221,7 +238,7 @@ def _init(args: argparse.Namespace) -> int:
                   f"for jobs with delta D, create the scope with --filter approx:release_delta=D")
     else:
         print(f"created period scope {view.scope!r}: epsilon={view.epsilon:g}, delta={view.delta:g} "
-              f"per {duration_text(view.unit_period)} period; {view.rule}")
+              f"per {view.unit_period.text} period; {view.rule}")
     return 0
 
 
@@ -269,18 +286,19 @@ def _monitor_line(monitor: MonitorView) -> str:
     return f"monitor {monitor.name}: epsilon={monitor.epsilon:g}, delta={monitor.delta:g}{used}, {status}"
 
 
-def _show_periods(view: ScopeView, period: int, periods: PeriodsView) -> None:
+def _show_periods(view: ScopeView, grid: PeriodGrid, periods: PeriodsView) -> None:
     """The text of `show` on a period scope: only public figures (filter states, counts), per period at most."""
+    each = grid.text if grid.seconds is None else f"{grid.text} ({grid.seconds} s)"
     print(f"scope {view.scope}: epsilon={view.epsilon:g}, delta={view.delta:g} per "
-          f"{duration_text(period)} period, filter={view.filter}")
+          f"{grid.text} period, filter={view.filter}")
     print(f"  rule: {view.rule}")
     if periods.spent:
-        print(f"  periods: {duration_text(period)} ({period} s) each; spent on {periods.spent}, the first "
+        print(f"  periods: {each} each; spent on {periods.spent}, the first "
               f"starting {periods.first}, the last starting {periods.last}")
         largest = ", ".join(f"{k.split('_', 1)[1]}={v:.6g}" for k, v in periods.largest_spent.items())
         print(f"  largest spent in one period: {largest}")
     else:
-        print(f"  periods: {duration_text(period)} ({period} s) each; none spent on yet")
+        print(f"  periods: {each} each; none spent on yet")
     halted = f"; {periods.halted} period(s) halted" if periods.halted else ""
     print(f"  releases: {view.releases}{halted}")
     if view.retired:
@@ -297,11 +315,11 @@ def _spend(args: argparse.Namespace) -> int:
     with Ledger(args.ledger, on_wait=_tell) as ledger:
         periods = None
         if args.periods is not None:
-            seconds = ledger.unit_period(args.scope)
-            if seconds is None:
+            grid = ledger.unit_period(args.scope)
+            if grid is None:
                 raise LedgerError(f"scope {args.scope!r} has one budget for all its releases (no unit period); "
                                   f"--periods applies to scopes created with --unit-period only")
-            periods = parse_periods(args.periods, seconds)
+            periods = parse_periods(args.periods, grid)
         result = ledger.spend(args.scope, event, args.label, periods)
     print(result.message)
     return 0 if result.admitted else EXIT_REFUSED

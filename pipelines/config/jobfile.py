@@ -20,6 +20,9 @@ from datetime import datetime
 from typing import Any, Callable, NoReturn, overload
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from dpstream.accounting.calendar import calendar_length, calendar_spelling
+from dpstream.accounting.ledger.errors import LedgerError
+from dpstream.accounting.ledger.periods import PeriodGrid
 from dpstream.connectors import readers, writers
 from dpstream.pipelines.config.specs import (
     EPSILON_RANGE,
@@ -39,7 +42,7 @@ from dpstream.pipelines.config.specs import (
     TopKSpec,
     WindowSpec,
 )
-from dpstream.pipelines.config.times import calendar_length, duration_seconds, instant_seconds, range_instant
+from dpstream.pipelines.config.times import duration_seconds, instant_seconds, range_instant
 
 FILE_INPUT_KEYS = ("format", "path", "user", "timestamp", "partition", "value", "timestamp_format", "timezone", "partitions")
 PUBSUB_INPUT_KEYS = (
@@ -89,7 +92,7 @@ class PrivacySettings:
     delta: float
     ledger: str | None
     bounds: ContributionBounds
-    unit_period: float | None = None  # seconds: the privacy unit is user x period (budget per period); None: user
+    unit_period: PeriodGrid | None = None  # the privacy unit is user x period (budget per period); None: user
 
 
 @dataclass(frozen=True)
@@ -148,7 +151,7 @@ def parse(document: dict[str, Any], path: str) -> Job:
     timezone = check.text(sections["input"], "input", "timezone", default="UTC")
     input_spec = _input(check, sections["input"], base, timezone)
     window = _window(check, sections["window"], timezone)
-    privacy = _privacy(check, sections["privacy"])
+    privacy = _privacy(check, sections["privacy"], timezone)
     shared = _partitions(check, sections["input"], "input")
     releases = _releases(check, document.get("release"), shared)
     output = _output(check, sections["output"], base, os.path.splitext(os.path.basename(path))[0])
@@ -231,7 +234,7 @@ def with_range(job: Job, start: str | None, end: str | None, now: datetime | Non
 def _window(check: "_Checker", table: dict, timezone: str) -> WindowSpec:
     check.keys(table, "window")
     calendar = calendar_length(table.get("size"))
-    size = 1.0 if calendar else check.duration(table, "window", "size")  # calendar windows: set from their edges
+    size = 1.0 if calendar else check.duration(table, "window", "size", calendar=True)  # calendar windows: set from their edges
     period = check.duration(table, "window", "period", default=None)
     start = check.instant(table, "window", "start", timezone)
     end = check.instant(table, "window", "end", timezone)
@@ -242,7 +245,7 @@ def _window(check: "_Checker", table: dict, timezone: str) -> WindowSpec:
                        max_count=max_count, calendar=calendar, timezone=timezone)
 
 
-def _privacy(check: "_Checker", table: dict) -> PrivacySettings:
+def _privacy(check: "_Checker", table: dict, timezone: str) -> PrivacySettings:
     check.keys(table, "privacy")
     epsilon = check.number(table, "privacy", "epsilon")
     delta = check.number(table, "privacy", "delta")
@@ -265,7 +268,7 @@ def _privacy(check: "_Checker", table: dict) -> PrivacySettings:
         delta=delta,
         ledger=check.text(table, "privacy", "ledger", default=None),
         bounds=bounds,
-        unit_period=check.duration(table, "privacy", "unit_period", default=None),
+        unit_period=check.unit_period(table, timezone),
     )
 
 
@@ -340,7 +343,7 @@ def _topk(check: "_Checker", entry: dict, where: str, name: str, weight: float,
 
 def _peak(check: "_Checker", entry: dict, where: str, name: str, weight: float,
           partitions: tuple[str, ...] | None) -> PeakSpec:
-    period = check.duration(entry, where, "period", default=None)
+    period = check.length(entry, where, "period", default=None)
     maximum = check.number(entry, where, "maximum", default=None)
     if period is None:
         check.fail(f"{where}.period is required for a peak release (e.g. \"30d\")")
@@ -500,17 +503,34 @@ class _Checker:
     @overload
     def duration(self, table: dict, where: str, key: str, default: None) -> float | None: ...
 
-    def duration(self, table: dict, where: str, key: str, default: Any = _MISSING) -> float | None:
-        """Seconds from a number or a string like "1d", "6h", "30m", "90s", "2w"."""
+    def duration(self, table: dict, where: str, key: str, default: Any = _MISSING, *,
+                 calendar: bool = False) -> float | None:
+        """Seconds from a number or a string like "1d", "6h", "30m", "90s", "2w" (`calendar`: the key also takes a
+        calendar length, which the caller has ruled out, and the message says so)."""
         value = self._get(table, where, key, default)
         if value is None and default is None:
             return None
         seconds = duration_seconds(value)
         if not (math.isfinite(seconds) and seconds > 0):
-            calendar = ", or a calendar length such as \"1day\", \"1week\", \"1month\", \"1y\"" if key == "size" else ""
-            self.fail(f"{where}.{key} must be a positive duration such as \"1d\", \"6h\", \"30m\" or seconds{calendar}, "
+            hint = ", or a calendar length such as \"1day\", \"1week\", \"1month\", \"1y\"" if calendar else ""
+            self.fail(f"{where}.{key} must be a positive duration such as \"1d\", \"6h\", \"30m\" or seconds{hint}, "
                       f"got {value!r}")
         return seconds
+
+    def length(self, table: dict, where: str, key: str, default: Any = _MISSING) -> float | str | None:
+        """A calendar length in its canonical spelling ("1month"), or else a duration in seconds."""
+        calendar = calendar_length(table.get(key))
+        if calendar is not None:
+            return calendar_spelling(calendar)
+        return self.duration(table, where, key, default, calendar=True)
+
+    def unit_period(self, table: dict, timezone: str) -> PeriodGrid | None:
+        """[privacy] unit_period: a period grid (whole seconds, or a calendar length in the job's time zone)."""
+        length = self.length(table, "privacy", "unit_period", default=None)
+        try:
+            return None if length is None else PeriodGrid.of(length, timezone)
+        except LedgerError as err:
+            self.fail(f"privacy.unit_period: {err}")
 
     def instant(self, table: dict, where: str, key: str, timezone: str) -> float:
         """Seconds since the epoch from an ISO date or date-time; without an offset, local time in `timezone`."""

@@ -17,14 +17,9 @@ from typing import ClassVar, TypeVar, Union
 
 import numpy as np
 
+from dpstream.accounting.calendar import calendar_length, calendar_text
 from dpstream.accounting.text import duration_text, instant_text
-from dpstream.pipelines.config.times import (
-    calendar_edges,
-    calendar_length,
-    calendar_text,
-    duration_seconds,
-    instant_seconds,
-)
+from dpstream.pipelines.config.times import calendar_edges, duration_seconds, instant_seconds
 from dpstream.pipelines.mechanisms.fixedpoint import MAX_CONTRIBUTIONS, to_units, value_quantum
 
 
@@ -409,17 +404,19 @@ class TopKSpec(_Release):
 
 @dataclass(frozen=True, kw_only=True)
 class PeakSpec(_Release):
-    """Per period of `period` seconds (a multiple of the window step), the window with the largest total, by
-    Gaussian report-noisy-max on totals divided by the public `maximum` (an upper bound of a window total)."""
+    """Per period, the window with the largest total, by Gaussian report-noisy-max on totals divided by the public
+    `maximum` (an upper bound of a window total). `period`: seconds (a multiple of the window step, counted from
+    window.start), or a calendar length such as "1month" or "1year" (local periods in the window's time zone)."""
 
     kind: ClassVar[ReleaseKind] = ReleaseKind.PEAK
-    period: float
+    period: float | str
     maximum: float
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _require(_number(self.period) and self.period > 0,
-                 f"{self.where}: period must be a positive number of seconds, got {self.period!r}")
+        _require(calendar_length(self.period) is not None or (_number(self.period) and self.period > 0),
+                 f"{self.where}: period must be a positive number of seconds or a calendar length such as "
+                 f"\"1month\", got {self.period!r}")
         _require(_number(self.maximum) and self.maximum > 0,
                  f"{self.where}: maximum must be a positive number (public bound of a window total), got {self.maximum!r}")
 

@@ -10,6 +10,8 @@ from datetime import date, datetime, time, timedelta
 from datetime import timezone as dt_timezone
 from zoneinfo import ZoneInfo
 
+from dpstream.accounting.calendar import advance, calendar_text, is_boundary, local_midnight
+
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 
@@ -65,7 +67,7 @@ def relative_instant(name: str, timezone: str = "UTC", now: datetime | None = No
         day = first if which == "this" else (first - timedelta(days=1)).replace(day=1)
     else:
         day = today.replace(month=1, day=1, year=today.year - (0 if which == "this" else 1))
-    return datetime.combine(day, time(), tzinfo=zone).astimezone(dt_timezone.utc).timestamp()
+    return local_midnight(day, timezone)
 
 
 def range_instant(value: str, timezone: str = "UTC", now: datetime | None = None) -> float:
@@ -78,40 +80,6 @@ def range_instant(value: str, timezone: str = "UTC", now: datetime | None = None
         return relative_instant(value, timezone, now)  # its message lists both forms
 
 
-_CALENDAR = re.compile(r"^\s*(\d+)\s*(day|week|month|mo|year|y)\s*$")
-_CALENDAR_UNITS = {"day": "day", "week": "week", "month": "month", "mo": "month", "year": "year", "y": "year"}
-
-
-def calendar_length(value: object) -> tuple[int, str] | None:
-    """(count, unit) of a calendar length such as "1month", "3mo", "1y", "1week", "1day"; None for anything else.
-
-    The fixed units (s, m, h, d, w) are exact numbers of seconds; the calendar ones follow local time: a "day" is
-    23, 24 or 25 hours across daylight-saving changes, a "week" runs Monday to Monday (ISO 8601), a "month" and a
-    "year" start on the 1st and on January 1st."""
-    if not isinstance(value, str) or not (match := _CALENDAR.match(value)) or int(match.group(1)) < 1:
-        return None
-    return int(match.group(1)), _CALENDAR_UNITS[match.group(2)]
-
-
-def calendar_text(length: tuple[int, str]) -> str:
-    count, unit = length
-    return f"{count} {unit}" + ("s" if count > 1 else "")
-
-
-def _is_boundary(day: date, unit: str) -> bool:
-    return {"day": True, "week": day.weekday() == 0, "month": day.day == 1,
-            "year": (day.month, day.day) == (1, 1)}[unit]
-
-
-def _advance(day: date, count: int, unit: str) -> date:
-    if unit == "day":
-        return day + timedelta(days=count)
-    if unit == "week":
-        return day + timedelta(weeks=count)
-    months = day.month - 1 + count * (12 if unit == "year" else 1)
-    return day.replace(year=day.year + months // 12, month=months % 12 + 1)
-
-
 def calendar_edges(length: tuple[int, str], start: float, end: float, timezone: str, limit: int) -> tuple[float, ...]:
     """The window boundaries start = e_0 < e_1 < ... < e_n = end (seconds since the epoch) of calendar windows of
     `length` in `timezone`. ValueError when start is not a local midnight on a boundary of the unit (a Monday, a
@@ -119,21 +87,18 @@ def calendar_edges(length: tuple[int, str], start: float, end: float, timezone: 
     count, unit = length
     zone = ZoneInfo(timezone)
     local = datetime.fromtimestamp(start, zone)
-    if local.time() != time() or not _is_boundary(local.date(), unit):
+    if local.time() != time() or not is_boundary(local.date(), unit):
         first = {"day": "a midnight", "week": "a Monday midnight", "month": "midnight on the 1st of a month",
                  "year": "midnight on January 1st"}[unit]
         raise ValueError(f"window.start {local.isoformat()} must be {first} in {timezone} for windows of "
                          f"{calendar_text(length)}")
 
-    def instant(day: date) -> float:
-        return datetime.combine(day, time(), tzinfo=zone).timestamp()
-
     edges, day = [start], local.date()
     while edges[-1] < end:
         if len(edges) > limit:
             raise ValueError(f"the window range holds more than window.max_count = {limit} windows")
-        day = _advance(day, count, unit)
-        edges.append(instant(day))
+        day = advance(day, count, unit)
+        edges.append(local_midnight(day, timezone))
     if edges[-1] != end:
         nearest = " or ".join(datetime.fromtimestamp(e, zone).isoformat() for e in edges[-2:] if e > start)
         raise ValueError(f"window.end {datetime.fromtimestamp(end, zone).isoformat()} is not a window boundary of "

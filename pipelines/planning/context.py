@@ -13,6 +13,7 @@ from functools import cached_property
 from typing import Callable, Generic, Mapping, TypeVar
 
 from dpstream.accounting.calibrate import CalibratedRelease, FixedEvent, Release
+from dpstream.accounting.ledger.periods import PeriodGrid
 from dpstream.pipelines.config.specs import ContributionBounds, ReleaseSpec, WindowSpec
 from dpstream.pipelines.planning.windows import unit_runs
 
@@ -20,14 +21,15 @@ from dpstream.pipelines.planning.windows import unit_runs
 @dataclass(frozen=True)
 class PlanningContext:
     """The job's public values: its releases (all of them: shares depend on the others), bounds, window range,
-    budget and privacy unit (`unit_period` seconds for user x period, None for a user over the whole range)."""
+    budget and privacy unit (`unit_period`: the period grid of a user x period unit, None for a user over the
+    whole range)."""
 
     releases: tuple[ReleaseSpec, ...]
     bounds: ContributionBounds
     window: WindowSpec
     epsilon: float
     delta: float
-    unit_period: float | None = None
+    unit_period: PeriodGrid | None = None
 
     @cached_property
     def windows(self) -> int:

@@ -29,6 +29,8 @@ from typing import Any, Callable, Union
 
 from dpstream.accounting.calibrate import CalibratedPlan, calibrate
 from dpstream.accounting.events import Event
+from dpstream.accounting.ledger.errors import LedgerError
+from dpstream.accounting.ledger.periods import PeriodGrid
 from dpstream.pipelines.config.specs import (
     ContributionBounds,
     HistogramSpec,
@@ -66,7 +68,7 @@ class JobPlan:
     calibrated: CalibratedPlan
     bounds: ContributionBounds
     window: WindowSpec
-    unit_period: float | None = None  # seconds; None: the privacy unit is a user over the whole range
+    unit_period: PeriodGrid | None = None  # None: the privacy unit is a user over the whole range
 
     def __getitem__(self, name: str) -> ReleasePlan:
         for release in self.releases:
@@ -103,13 +105,14 @@ def plan_job(
     window: WindowSpec,
     epsilon: float,
     delta: float,
-    unit_period: float | None = None,
+    unit_period: PeriodGrid | float | None = None,
 ) -> JobPlan:
     """Calibrate every release of a job so that the whole job is (epsilon, delta)-DP.
 
-    unit_period: None when the privacy unit is a user over the whole window range; else the length in seconds
-    of the period of a user x period unit (a multiple of the fixed window size): the budget then holds per user
-    and period, and only the runs that one unit period can touch are composed (`windows.unit_runs`).
+    unit_period: None when the privacy unit is a user over the whole window range; else the period grid of a
+    user x period unit (seconds, counted from window.start, or a calendar `PeriodGrid` such as local days), whose
+    periods each hold whole windows: the budget then holds per user and period, and only the runs that one unit
+    period can touch are composed (`windows.unit_runs`).
 
     Checks: at least one release; names unique; 0 < delta < 1; each planner's own checks (topk: at most as many
     picks as partitions; peak: period a multiple of the window step, L1 <= maximum; svt: sensitivity at most 1
@@ -126,7 +129,11 @@ def plan_job(
     unknown = [r for r in releases if type(r) not in PLANNERS]
     if unknown:
         raise PlanningError(f"no planner for {unknown[0]!r}; release specs: {', '.join(c.__name__ for c in PLANNERS)}")
-    context = PlanningContext(releases, bounds, window, epsilon, delta, unit_period)
+    try:
+        grid = None if unit_period is None else PeriodGrid.of(unit_period)
+    except LedgerError as err:
+        raise PlanningError(f"privacy.unit_period: {err}") from None
+    context = PlanningContext(releases, bounds, window, epsilon, delta, grid)
     drafts = [PLANNERS[type(spec)](spec, context) for spec in releases]
     try:
         calibrated = calibrate([e for d in drafts for e in d.entries], epsilon, delta,
@@ -134,4 +141,4 @@ def plan_job(
     except (ValueError, SpecError) as err:
         raise PlanningError(f"cannot calibrate the job to epsilon={epsilon!r}, delta={delta!r}: {err}") from err
     by_name = calibrated.by_name()
-    return JobPlan(tuple(d.finish(by_name) for d in drafts), calibrated, bounds, window, unit_period)
+    return JobPlan(tuple(d.finish(by_name) for d in drafts), calibrated, bounds, window, grid)

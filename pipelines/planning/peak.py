@@ -5,18 +5,21 @@ What it costs: `PureDP(epsilon)` once per period of at least two windows that a 
 """
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
+from dpstream.accounting.calendar import calendar_length, calendar_text
 from dpstream.accounting.calibrate import Release
 from dpstream.accounting.events import Event, PureDP
+from dpstream.accounting.ledger.periods import PeriodGrid
 from dpstream.accounting.numerics import epsilon_from_delta_curve, expanding_upper
 from dpstream.accounting.selection import report_noisy_max_epsilon
 from dpstream.pipelines.config.specs import PeakSpec, WindowSpec
 from dpstream.pipelines.planning.context import Draft, PlanningContext
 from dpstream.pipelines.planning.errors import PlanningError
 from dpstream.pipelines.planning.grid import normalised_sensitivity
-from dpstream.pipelines.planning.windows import check_unit_period, period_sizes
+from dpstream.pipelines.planning.windows import PeakPeriods, groups_per_unit, peak_groups
 
 MAX_RANGE_RATIO = 2e4
 """maximum / L1 sensitivity above which `_peak_sigma`'s quadrature blows up (1e5: 26 s and 2 GB; 1e6: over 120 s
@@ -39,16 +42,10 @@ def _peak_sigma(sizes: tuple[int, ...], epsilon: float, sensitivity: float) -> f
     return sigma
 
 
-def _peak_runs(window: WindowSpec, unit_period: float | None, period: float, sizes: tuple[int, ...]) -> int:
-    """Report-noisy-max runs one unit can touch: peak periods of at least two windows overlapping its unit period."""
-    per_period = round(period / window.step)
-    if unit_period is None:
-        return sum(1 for d in sizes if d >= 2)
-    per_unit = check_unit_period(window, unit_period)
-    total = window.count
-    return max(sum(1 for q in range(first // per_period, (min(first + per_unit, total) - 1) // per_period + 1)
-                   if sizes[q] >= 2)
-               for first in range(0, total, per_unit))
+def _peak_runs(window: WindowSpec, unit_period: PeriodGrid | None, sizes: tuple[int, ...]) -> int:
+    """Report-noisy-max runs one unit can touch: peak periods of at least two windows that hold a window of its
+    unit period (a one-window period releases its window without looking at the data)."""
+    return max(sum(1 for q in groups if sizes[q] >= 2) for groups in groups_per_unit(window, unit_period, sizes))
 
 
 @dataclass(frozen=True)
@@ -61,8 +58,8 @@ class PeakPlan:
 
     spec: PeakSpec
     runs: int  # periods with at least two windows
-    windows_per_period: int
     period_sizes: tuple[int, ...]  # windows in each period, in order
+    period_bounds: tuple[tuple[float, float], ...]  # each period's [start, end), seconds
     sigma: float
     sensitivity: float  # L1 / maximum, plus the division's rounding (normalised_sensitivity)
     epsilon: float
@@ -72,9 +69,22 @@ class PeakPlan:
     def name(self) -> str:
         return self.spec.name
 
+    @property
+    def last_windows(self) -> tuple[int, ...]:
+        """The last window of each period (where its release is emitted)."""
+        return tuple(itertools.accumulate(self.period_sizes, initial=-1))[1:]
+
+    @property
+    def period_text(self) -> str:
+        """e.g. "7 windows" or "1 month (UTC)"."""
+        calendar = calendar_length(self.spec.period)
+        if calendar is not None:
+            return calendar_text(calendar)
+        return f"{max(self.period_sizes)} windows"
+
     def describe(self) -> str:
         return (
-            f"Peak window {self.name!r}: for each of {len(self.period_sizes)} periods of {self.windows_per_period} windows, "
+            f"Peak window {self.name!r}: for each of {len(self.period_sizes)} periods of {self.period_text}, "
             f"the window with the largest total, by Gaussian report-noisy-max on totals divided by the public maximum "
             f"{self.spec.maximum:g} and clipped to [0, 1] (sigma={self.sigma:.6g} in those units, sensitivity "
             f"{self.sensitivity:.6g}); pure epsilon={self.epsilon:.6g} per period (Lebensold–Precup–Balle Thm 8)."
@@ -92,18 +102,19 @@ def draft(spec: PeakSpec, context: PlanningContext) -> Draft[PeakPlan]:
         raise PlanningError(f"{where}: maximum may be at most {MAX_RANGE_RATIO:g} times the L1 sensitivity {bounds.l1:g} "
                             f"of a window total, got {spec.maximum!r}: beyond that, calibrating report-noisy-max takes "
                             f"minutes and gigabytes (a known limitation)")
-    sizes = period_sizes(window, spec.period)
-    runs = _peak_runs(window, context.unit_period, spec.period, sizes)
+    sizes, bounds = peak_groups(window, spec.period)
+    runs = _peak_runs(window, context.unit_period, sizes)
     if runs == 0:
         raise PlanningError(f"{where}: every period holds a single window; period must cover at least 2 windows")
     entry = Release(spec.name, "pure", spec.weight, 1.0, runs)
-    return Draft((entry,), (), lambda calibrated: _plan(spec, context, sizes, runs, calibrated[spec.name].event))
+    return Draft((entry,), (), lambda calibrated: _plan(spec, context, (sizes, bounds), runs,
+                                                                  calibrated[spec.name].event))
 
 
-def _plan(spec: PeakSpec, context: PlanningContext, sizes: tuple[int, ...], runs: int, event: Event) -> PeakPlan:
+def _plan(spec: PeakSpec, context: PlanningContext, periods: PeakPeriods, runs: int, event: Event) -> PeakPlan:
     if not isinstance(event, PureDP):
         raise TypeError(f"peak {spec.name!r} was calibrated to {event!r}, not pure DP")
     sensitivity = normalised_sensitivity(context.bounds.l1, spec.maximum)
+    sizes, bounds = periods
     sigma = _peak_sigma(sizes, event.epsilon, sensitivity)
-    return PeakPlan(spec, runs, round(spec.period / context.window.step), sizes, sigma, sensitivity, event.epsilon,
-                    event)
+    return PeakPlan(spec, runs, sizes, bounds, sigma, sensitivity, event.epsilon, event)

@@ -1,53 +1,94 @@
 """Which windows and periods one privacy unit can touch: the counts every planner composes over.
 
+Windows are grouped twice: into peak periods (`peak_groups`: each window by the period holding its start) and
+into unit periods (`unit_periods`: each window inside one period of the privacy unit's grid, or refused). A grid
+is a `PeriodGrid`: fixed periods are counted from window.start, calendar ones (local days, ISO weeks, months,
+years in the job's time zone) are absolute.
+
 Proof for user x period units: docs/proofs/pipelines.planning.windows.unit_runs.md.
 """
 from __future__ import annotations
 
-import math
+import itertools
 
+from dpstream.accounting.calendar import calendar_length
+from dpstream.accounting.ledger.periods import PeriodGrid
+from dpstream.accounting.text import instant_text
 from dpstream.pipelines.config.specs import WindowSpec
 from dpstream.pipelines.planning.errors import PlanningError
 
 
-def _fixed(window: WindowSpec, what: str) -> None:
-    if window.calendar is not None:
-        raise PlanningError(f"{what} needs windows of a fixed length, got calendar windows of {window.length_text}")
+def _origin(window: WindowSpec, grid: PeriodGrid) -> float:
+    """Fixed periods count from window.start; calendar periods are absolute."""
+    return window.start if grid.seconds is not None else 0.0
 
 
-def period_sizes(window: WindowSpec, period: float) -> tuple[int, ...]:
-    """Windows per period: window i belongs to period floor(i * step / period); period must be a multiple of step."""
-    _fixed(window, "a peak period")
-    ratio = period / window.step
-    per_period = round(ratio)
-    if per_period < 1 or abs(ratio - per_period) > 1e-9 * ratio:
-        raise PlanningError(f"peak period must be a positive multiple of the window step {window.step}, got {period!r}")
-    total = window.count
-    return tuple(min(per_period, total - start) for start in range(0, total, per_period))
+PeakPeriods = tuple[tuple[int, ...], tuple[tuple[float, float], ...]]
 
 
-def check_unit_period(window: WindowSpec, unit_period: float) -> int:
-    """Windows per unit period; the unit period must be a whole number of fixed windows (counted from window.start)."""
-    _fixed(window, "privacy.unit_period")
+def peak_groups(window: WindowSpec, period: float | str) -> PeakPeriods:
+    """(windows per peak period, each period's [start, end) in seconds), in order. A fixed `period` (seconds)
+    must be a multiple of the window step and groups windows from window.start; a calendar one ("1month",
+    "1year") groups windows by the local period holding their start, in the window's time zone."""
+    calendar = calendar_length(period)
+    if calendar is None:
+        if window.calendar is not None:
+            raise PlanningError(f"a peak period over calendar windows of {window.length_text} must be a calendar "
+                                f"length such as \"1month\" or \"1year\", got {period!r}")
+        ratio = period / window.step
+        per_period = round(ratio)
+        if per_period < 1 or abs(ratio - per_period) > 1e-9 * ratio:
+            raise PlanningError(f"peak period must be a positive multiple of the window step {window.step}, got "
+                                f"{period!r}")
+        total = window.count
+        firsts = range(0, total, per_period)
+        return (tuple(min(per_period, total - first) for first in firsts),
+                tuple((window.start + p * period, window.start + (p + 1) * period) for p in range(len(firsts))))
+    grid = PeriodGrid(calendar=calendar, timezone=window.timezone)
+    indices = [grid.index(window.bounds(i)[0]) for i in range(window.count)]
+    distinct = [k for k, _ in itertools.groupby(indices)]
+    return (tuple(len(list(run)) for _, run in itertools.groupby(indices)),
+            tuple((grid.start(k), grid.start(k + 1)) for k in distinct))
+
+
+def unit_periods(window: WindowSpec, grid: PeriodGrid) -> tuple[int, ...]:
+    """The unit period of each window (fixed periods: counted from window.start, so the first is 0).
+
+    PlanningError for sliding windows, or when a window crosses a period boundary: a window must lie inside one
+    period, so that all of a user's records in it belong to one unit."""
     if window.period is not None:
-        raise PlanningError(f"privacy.unit_period needs fixed windows (no window.period), got window.period={window.period!r}")
-    ratio = unit_period / window.size
-    per_period = round(ratio)
-    if not (math.isfinite(unit_period) and per_period >= 1 and abs(ratio - per_period) <= 1e-9 * ratio):
-        raise PlanningError(f"privacy.unit_period must be a positive multiple of window.size={window.size}, got {unit_period!r}")
-    return per_period
+        raise PlanningError(f"privacy.unit_period needs fixed windows (no window.period), got window.period="
+                            f"{window.period!r}")
+    origin = _origin(window, grid)
+    out = []
+    for i in range(window.count):
+        begin, end = window.bounds(i)
+        period = grid.index(begin - origin)
+        boundary = grid.start(period + 1) + origin
+        if boundary < end:
+            raise PlanningError(f"privacy.unit_period = {grid.text}: window {instant_text(begin)}..{instant_text(end)} "
+                                f"crosses the period boundary {instant_text(boundary)}; every window must lie inside "
+                                f"one period (windows of {window.length_text} that tile the periods)")
+        out.append(period)
+    return tuple(out)
 
 
-def unit_runs(window: WindowSpec, unit_period: float | None, group: int = 1) -> int:
-    """How many groups of `group` consecutive windows (group 1: windows) one privacy unit can touch.
+def groups_per_unit(window: WindowSpec, grid: PeriodGrid | None,
+                    groups: tuple[int, ...] | None = None) -> list[set[int]]:
+    """For each unit period of the range, the groups of consecutive windows (`groups`: their sizes, as
+    `peak_groups` gives them; None: every window its own group) that hold one of its windows. Without a unit
+    period (grid None) a user may appear in every window: one set of all groups."""
+    sizes = groups or (1,) * window.count
+    if grid is None:
+        return [set(range(len(sizes)))]
+    group_of = [g for g, size in enumerate(sizes) for _ in range(size)]
+    touched: dict[int, set[int]] = {}
+    for index, period in enumerate(unit_periods(window, grid)):
+        touched.setdefault(period, set()).add(group_of[index])
+    return list(touched.values())
 
-    Without a unit period a user may appear in every window: all groups of the range.
-    With one, unit period p covers fixed windows [p m, (p+1) m), m = windows per period,
-    and touches only the groups that overlap that range; the maximum over all periods is returned.
-    """
-    total = window.count
-    if unit_period is None:
-        return math.ceil(total / group)
-    per_period = check_unit_period(window, unit_period)
-    return max(len(range(first // group, (min(first + per_period, total) - 1) // group + 1))
-               for first in range(0, total, per_period))
+
+def unit_runs(window: WindowSpec, grid: PeriodGrid | None) -> int:
+    """How many windows one privacy unit can touch: every window of the range without a unit period, else the
+    most windows any one unit period holds."""
+    return max(len(groups) for groups in groups_per_unit(window, grid))

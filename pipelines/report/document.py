@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from dpstream.accounting.events import Event
+from dpstream.accounting.ledger.periods import PeriodGrid
 from dpstream.accounting.text import duration_text, version
 from dpstream.connectors.writers import join, read_rows, write_bytes
 from dpstream.pipelines.config.jobfile import Job
@@ -116,7 +117,8 @@ def report_json(context: RunContext, tables: dict[str, pa.Table], chart: str | N
         },
         "privacy": {
             "scope": job.privacy.scope,
-            "unit": {"column": job.input.user, "period_s": job.privacy.unit_period},
+            "unit": {"column": job.input.user,
+                     **(job.privacy.unit_period.to_dict() if job.privacy.unit_period else {"period_s": None})},
             "epsilon": job.privacy.epsilon,
             "delta": job.privacy.delta,
             "bounds": {
@@ -243,17 +245,17 @@ def _unit_text(job: Job) -> str:
     if period is None:
         return (f"The privacy unit is one value of `{column}` over the whole range: two inputs are neighbours when "
                 f"they differ in all records of one `{column}`, and the budget below covers all its windows together.")
-    return (f"The privacy unit is one value of `{column}` during one {duration_text(period)} period (periods start at "
-            f"{iso(job.window.start)}): two inputs are neighbours when they differ in all records of one `{column}` "
+    starts = (f"periods start at {iso(job.window.start)}" if period.seconds is not None
+              else "periods run from local midnight to local midnight")
+    return (f"The privacy unit is one value of `{column}` during one {period.text} period ({starts}): two inputs are neighbours when they differ in all records of one `{column}` "
             f"within one period, and the budget below holds per period, renewing each period. A `{column}` active in "
             f"d periods is protected for each period separately; for all its records together it is protected as a "
             f"group of d units (epsilon up to d times larger, delta larger still).")
 
 
 def _periods_text(periods: dict[str, Any]) -> str:
-    count = periods["count"]
-    return (f"{periods['start']} to {periods['end']} ({count} period{'s' if count != 1 else ''} of "
-            f"{duration_text(periods['period_s'])})")
+    count, grid = periods["count"], PeriodGrid.from_dict(periods)
+    return f"{periods['start']} to {periods['end']} ({count} period{'s' if count != 1 else ''} of {grid.text})"
 
 
 

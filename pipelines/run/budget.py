@@ -51,7 +51,6 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from fractions import Fraction
 from functools import cached_property, lru_cache
 from typing import Any, Iterable, Iterator
 
@@ -66,13 +65,13 @@ from dpstream.accounting.ledger import (
     LedgerConflict,
     LedgerError,
     MonitorRecord,
+    PeriodGrid,
     Periods,
     ScopeView,
     UnknownScopeError,
-    on_period_boundary,
     resolve_url,
 )
-from dpstream.accounting.text import duration_text, first_line, instant_text
+from dpstream.accounting.text import first_line, instant_text
 from dpstream.connectors.files import is_local, join, read_bytes, remove_file, remove_tree, write_bytes
 from dpstream.pipelines.config.specs import EPSILON_RANGE, ContributionBounds, ReleaseSpec, WindowSpec
 from dpstream.pipelines.mechanisms.monitor import SparseVectorMonitor
@@ -124,7 +123,8 @@ class Budget:
 
     Arguments: the ledger `scope` to debit and its `ledger` URL (default: $DPSTREAM_LEDGER, else
     sqlite:///dpstream-ledger.db); the pipeline's whole (`epsilon`, `delta`); the contribution `bounds` and
-    public `window` range; the `releases` (specs); `unit_period` in seconds for a user x period privacy unit;
+    public `window` range; the `releases` (specs); `unit_period` for a user x period privacy unit (seconds, or a
+    `PeriodGrid` such as `PeriodGrid.of("1day", "America/New_York")`);
     `seed`: tests only (fixes every noise draw and sampling key); `shards`: user shards per window in
     bounding; `state_dir`: a directory (local or a URL the workers can write) in which the budget makes a
     private subdirectory for svt monitor states, removed by `close` (default: a private local temporary one);
@@ -143,14 +143,18 @@ class Budget:
         window: WindowSpec,
         releases: Iterable[ReleaseSpec],
         ledger: str | None = None,
-        unit_period: float | None = None,
+        unit_period: PeriodGrid | float | None = None,
         seed: int | None = None,
         shards: int = 1,
         state_dir: str | None = None,
         source: str = "dpstream",
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
     ) -> None:
-        self.scope, self.epsilon, self.delta, self.unit_period = scope, epsilon, delta, unit_period
+        self.scope, self.epsilon, self.delta = scope, epsilon, delta
+        try:
+            self.unit_period = None if unit_period is None else PeriodGrid.of(unit_period)
+        except LedgerError as err:
+            raise RunError(f"{source}: {err}") from err
         self.bounds, self.window, self.releases = bounds, window, tuple(releases)
         self.url = resolve_url(ledger)
         self.seed, self.shards, self.source = seed, shards, source
@@ -158,7 +162,7 @@ class Budget:
         self._state_base: str | None = state_dir
         self._state_dir: str | None = None
         try:
-            self.plan: JobPlan = plan_job(self.releases, bounds, window, epsilon, delta, unit_period)
+            self.plan: JobPlan = plan_job(self.releases, bounds, window, epsilon, delta, self.unit_period)
         except PlanningError as err:
             raise RunError(f"{source}: {err}") from err
 
@@ -416,9 +420,9 @@ class Budget:
                                else join(base, f".dpstream-sealed-{uuid.uuid4().hex}"))
         return join(self._state_dir, f"{name}.json")
 
-    def scope_periods(self, period: int | None) -> tuple[Periods | None, str | None]:
-        """(the periods to charge, a note for the log) on a scope whose period length is `period` seconds (None: a
-        plain scope; `ScopeView.unit_period`).
+    def scope_periods(self, period: PeriodGrid | None) -> tuple[Periods | None, str | None]:
+        """(the periods to charge, a note for the log) on a scope whose period grid is `period` (None: a plain
+        scope; `ScopeView.unit_period`).
 
         A plain scope: (None, None), or a note when the budget has a unit_period (its one budget is debited by
         every run). A period scope: the periods the windows overlap, after checking that the budget has the
@@ -430,9 +434,9 @@ class Budget:
             if unit is None:
                 return None, None
             return None, (f"note: scope {scope!r} has one budget for all its releases, so every run of this user x "
-                          f"{duration_text(unit)} job debits it, whichever periods it covers; a scope created with "
-                          f"`dpstream budget init ... --unit-period {duration_text(unit)}` holds a budget per period")
-        where = f"{self.source}: budget scope {scope!r} has a budget per {duration_text(period)} period"
+                          f"{unit.text} job debits it, whichever periods it covers; a scope created with "
+                          f"`dpstream budget init ... {unit.options}` holds a budget per period")
+        where = f"{self.source}: budget scope {scope!r} has a budget per {period.text} period"
         monitors = [m.name for m in self.plan.monitors()]
         if monitors:
             raise RunError(f"{where}, which svt releases ({', '.join(monitors)}) cannot use: a monitor's sealed state "
@@ -440,25 +444,25 @@ class Budget:
                            f"unit period for them; nothing was debited")
         if unit is None:
             raise RunError(f"{where}, but the job has no [privacy] unit_period: its privacy unit is a user over the "
-                           f"whole window range, which a per-period budget does not cover; set unit_period = "
-                           f"\"{duration_text(period)}\" or use a scope without a unit period; nothing was debited")
+                           f"whole window range, which a per-period budget does not cover; set unit_period to "
+                           f"the scope's {period.text} or use a scope without a unit period; nothing was debited")
         if unit != period:
-            raise RunError(f"{where} ({period} s), but [privacy] unit_period is {duration_text(unit)} ({unit:g} s); "
-                           f"they must be equal; nothing was debited")
+            raise RunError(f"{where}, but [privacy] unit_period is {unit.text}; they must be equal (a calendar "
+                           f"unit_period takes the time zone of [input] timezone); nothing was debited")
         window = self.window
-        if not on_period_boundary(window.start, period):
-            holding = math.floor(Fraction(window.start) / period) * period
-            raise RunError(f"{where}: window.start {instant_text(window.start)} is not on its period grid (periods "
-                           f"start at whole multiples of {period} s since 1970-01-01T00:00:00Z; the period holding it "
-                           f"starts {instant_text(holding)}); nothing was debited")
+        if not period.is_boundary(window.start):
+            holding = period.start(period.index(window.start))
+            raise RunError(f"{where}: window.start {instant_text(window.start)} is not on its period grid (the "
+                           f"period holding it starts {instant_text(holding)}, the next "
+                           f"{instant_text(period.start(period.index(window.start) + 1))}); nothing was debited")
         try:
-            # Every record the job reads lies in one of its windows; the last window may end after window.end.
+            # Every record the job reads lies in one of its windows.
             return Periods.overlapping(window.start, window.bounds(window.count - 1)[1], period), None
         except LedgerError as err:
             raise RunError(f"{where}: {err}; nothing was debited") from err
 
     def _create_hint(self) -> str:
-        per_period = "" if self.unit_period is None else f" --unit-period {duration_text(self.unit_period)}"
+        per_period = "" if self.unit_period is None else f" {self.unit_period.options}"
         return (f"create it with `dpstream budget init --ledger {self.url} --scope {self.scope} --epsilon EPSILON "
                 f"--delta DELTA --filter approx:release_delta={self.delta!r}{per_period}` (one run of this job spends "
                 f"epsilon={self.epsilon:g}, delta={self.delta:g}" + (" per period)" if per_period else ")"))

@@ -43,10 +43,9 @@ _PART = re.compile(r"window-(\d+)\.jsonl$")
 
 
 def emissions(plan, window: WindowSpec) -> tuple[int, ...]:
-    """The window indices at which a release emits: every window, or a peak period's last nominal window."""
+    """The window indices at which a release emits: every window, or a peak period's last window."""
     if isinstance(plan, PeakPlan):
-        per_period = plan.windows_per_period
-        return tuple(period * per_period + per_period - 1 for period in range(len(plan.period_sizes)))
+        return plan.last_windows
     return tuple(range(window.count))
 
 

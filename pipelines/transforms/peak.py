@@ -1,7 +1,7 @@
 """`PeakWindow`: per period, the window with the largest total, by Gaussian report-noisy-max.
 
-A period groups `windows_per_period` consecutive windows (e.g. the days of a
-30-day period). Each window's total (the exact int64 sum over partitions of
+A period groups consecutive windows (e.g. the days of a 30-day period, or of a
+calendar month: `planning.peak_groups`). Each window's total (the exact int64 sum over partitions of
 the bounded sums, `fixedpoint.total`) is divided by the release's public
 maximum with one correct rounding (`fixedpoint.rounded_quotient`) and clipped
 to [0, 1]; the index of the largest total plus N(0, sigma^2) is released
@@ -22,6 +22,8 @@ Runtime: one quadrature per distinct period size (memoised), O(windows) noise.
 """
 from __future__ import annotations
 
+import bisect
+
 import apache_beam as beam
 import numpy as np
 
@@ -30,7 +32,13 @@ from dpstream.pipelines.config.specs import WindowSpec
 from dpstream.pipelines.mechanisms.fixedpoint import exact_value, rounded_quotient, total
 from dpstream.pipelines.planning import PeakPlan
 from dpstream.pipelines.transforms.aggregation import WindowedRelease
-from dpstream.pipelines.transforms.windowing import beam_windows, iso, release_rng, window_bounds_iso, window_timestamp
+from dpstream.pipelines.transforms.windowing import (
+    iso,
+    period_windows,
+    release_rng,
+    window_bounds_iso,
+    window_timestamp,
+)
 
 
 def peak_release(plan: PeakPlan, totals, quantum: float, rng) -> tuple[int, mechanisms.Release | None]:
@@ -47,14 +55,14 @@ def peak_release(plan: PeakPlan, totals, quantum: float, rng) -> tuple[int, mech
 
 
 class _ToPeriod(beam.DoFn):
-    def __init__(self, per_period: int, window: WindowSpec):
-        self._per_period = per_period
+    def __init__(self, last_windows: tuple[int, ...], window: WindowSpec):
+        self._last_windows = last_windows
         self._window = window
 
     def process(self, element):
         index, sums = element
-        period = index // self._per_period
-        last = period * self._per_period + self._per_period - 1
+        period = bisect.bisect_left(self._last_windows, index)
+        last = self._last_windows[period]
         yield beam.window.TimestampedValue((period, (index, total(sums))), window_timestamp(self._window, last))
 
 
@@ -71,9 +79,9 @@ class _PeakMechanism(beam.DoFn):
         position, _ = peak_release(self._plan, [units for _, units in ordered], self._quantum,
                                    release_rng(self._seed, self._plan.name, period))
         start, end = window_bounds_iso(self._window, ordered[position][0])
-        period_start = self._window.start + period * self._plan.spec.period
+        period_start, period_end = self._plan.period_bounds[period]
         yield {"release": self._plan.name, "period_start": iso(period_start),
-               "period_end": iso(period_start + self._plan.spec.period), "window_start": start, "window_end": end,
+               "period_end": iso(period_end), "window_start": start, "window_end": end,
                "noise_stddev": self._plan.sigma * self._plan.spec.maximum}
 
 
@@ -84,18 +92,18 @@ class PeakWindow(WindowedRelease):
     """
 
     def default_label(self) -> str:
-        return f"PeakWindow({self._plan.name}, {self._plan.windows_per_period} windows per period)"
+        return f"PeakWindow({self._plan.name}, periods of {self._plan.period_text})"
 
     def display_data(self):
         return {"release": self._plan.name, "sigma": self._plan.sigma, "epsilon_per_period": self._plan.epsilon,
                 "maximum": self._plan.spec.maximum, "periods": len(self._plan.period_sizes)}
 
     def expand(self, batches):
-        per_period = self._plan.windows_per_period
+        last_windows = self._plan.last_windows
         return (
             self._window_sums(batches, None)
-            | "Total per window" >> beam.ParDo(_ToPeriod(per_period, self._window))
-            | "Window periods" >> beam.WindowInto(beam_windows(self._window, per_period))
+            | "Total per window" >> beam.ParDo(_ToPeriod(last_windows, self._window))
+            | "Window periods" >> beam.WindowInto(period_windows(self._window, last_windows))
             | "Group per period" >> beam.GroupByKey()
             | "Report noisy max" >> beam.ParDo(_PeakMechanism(self._plan, self._window, self._seed, self._bounds.quantum))
         )

@@ -19,8 +19,8 @@ Beam window, one pane per window). Each window is still released exactly once, s
 the plan's one run per window holds; dropping records only removes data. Nothing
 counts the dropped records in the release: their number depends on the data.
 
-Periods (peak releases) group `per_period` consecutive windows; period p is
-emitted at the end of its last nominal window and windowed the same way.
+Periods (peak releases) group consecutive windows; period p is emitted at the
+release time of its last window and windowed by `period_windows`.
 
 Calendar windows (months, ISO weeks, local days: `WindowSpec.calendar`) have
 boundaries instead of a step: a record's window is found by binary search on
@@ -124,15 +124,21 @@ class CalendarWindows(NonMergingWindowFn):
         return hash(self._releases.tobytes())
 
 
-def beam_windows(window: WindowSpec, per_period: int = 1) -> WindowFn:
-    """Beam fixed windows of per_period * step ending at the release times of windows per_period - 1, 2 per_period - 1, ...
-    (calendar windows: `CalendarWindows`, one per window)."""
+def beam_windows(window: WindowSpec) -> WindowFn:
+    """One Beam window per window, ending at its release time: fixed windows of length step (calendar windows:
+    `CalendarWindows`)."""
     if window.edges:
         lateness = _micros(window.allowed_lateness)
         return CalendarWindows(tuple(int(edge) + lateness for edge in _edge_micros(window)))
-    length = per_period * _micros(window.step)
-    first_end = release_micros(window, per_period - 1)
-    return FixedWindows(Duration(micros=length), Timestamp(micros=first_end % length))
+    length = _micros(window.step)
+    return FixedWindows(Duration(micros=length), Timestamp(micros=release_micros(window, 0) % length))
+
+
+def period_windows(window: WindowSpec, last_windows: tuple[int, ...]) -> WindowFn:
+    """One Beam window per period of consecutive windows (`last_windows`: each period's last window), ending at
+    the release time of its last window, so pieces at `window_timestamp(window, last)` fall in their period's."""
+    first = _micros(window.start) + _micros(window.allowed_lateness)
+    return CalendarWindows((first, *(release_micros(window, last) for last in last_windows)))
 
 
 def iso(seconds: float) -> str:

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 
 from dpstream.accounting.events import Gaussian, PureDP, SelfComposed
 from dpstream.accounting.filters import PureDPFilter
-from dpstream.accounting.ledger import MAX_PERIODS_PER_SPEND, Ledger, LedgerError, Periods
+from dpstream.accounting.ledger import MAX_PERIODS_PER_SPEND, Ledger, LedgerError, PeriodGrid, Periods
 from tests.accounting.ledger_race import kill_inside_debit, race
 from tests.accounting.test_ledger import (  # noqa: F401  (fixtures)
     _scope_name,
@@ -60,7 +60,7 @@ def test_disjoint_daily_runs_are_all_admitted_while_a_plain_scope_refuses_the_se
     periodic, plain = _scope_name(), _scope_name()
     with Ledger(ledger_url, create=True) as ledger:
         view = ledger.init_scope(periodic, 1.0, 0.0, unit_period=DAY)
-        assert view.unit_period == DAY and view.filter == "pure" and view.periods.spent == 0
+        assert view.unit_period == PeriodGrid(seconds=DAY) and view.filter == "pure" and view.periods.spent == 0
         assert ledger.init_scope(plain, 1.0, 0.0).unit_period is None
         run = PureDP(0.8)
         daily = [ledger.spend(periodic, run, f"days {d}-{d + 2}", _days(d, 3)) for d in (0, 3, 6, 9)]
@@ -124,7 +124,7 @@ def test_periods_must_match_the_scope(ledger_url):
         before = _snapshot(ledger, periodic), ledger.show(plain)
         with pytest.raises(LedgerError, match=r"budget per 1d period: name the periods"):
             ledger.spend(periodic, PureDP(0.1), "no periods")
-        with pytest.raises(LedgerError, match=r"has 1d periods \(86400 s\), the release names 6h periods"):
+        with pytest.raises(LedgerError, match=r"has periods of 1d, the release names periods of 6h"):
             ledger.spend(periodic, PureDP(0.1), "6h", Periods.overlapping(START, START + DAY, 6 * 3600))
         with pytest.raises(LedgerError, match="no unit period"):
             ledger.spend(plain, PureDP(0.1), "plain", _days(0, 1))
@@ -135,7 +135,7 @@ def test_periods_must_match_the_scope(ledger_url):
         with pytest.raises(LedgerError, match="positive whole number of seconds"):
             ledger.init_scope(_scope_name(), 1.0, 0.0, unit_period=0.5)
         assert (_snapshot(ledger, periodic), ledger.show(plain)) == before
-        assert ledger.unit_period(periodic) == DAY and ledger.unit_period(plain) is None
+        assert ledger.unit_period(periodic) == PeriodGrid(seconds=DAY) and ledger.unit_period(plain) is None
 
 
 def test_svt_monitors_are_refused_on_period_scopes(ledger_url):

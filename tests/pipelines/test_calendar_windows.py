@@ -81,12 +81,13 @@ def test_records_land_in_the_window_a_datetime_oracle_gives():
     assert dict(zip(rows.tolist(), indices.tolist())) == expected
 
 
-def test_unit_period_and_peak_need_fixed_windows():
+def test_unit_periods_and_peaks_over_calendar_windows_must_follow_the_calendar():
     window = WindowSpec.of("1mo", "2013-01-01", "2014-01-01")
-    with pytest.raises(PlanningError, match="privacy.unit_period needs windows of a fixed length, got calendar windows "
-                                            r"of 1 month \(UTC\)"):
+    with pytest.raises(PlanningError, match="privacy.unit_period = 1d: window 2013-01-01T00:00:00Z..2013-02-01T00:00:00Z "
+                                            "crosses the period boundary 2013-01-02T00:00:00Z"):
         plan_job((HistogramSpec("h", partitions=("A",)),), ContributionBounds(), window, 1.0, 1e-6, unit_period=86400.0)
-    with pytest.raises(PlanningError, match="a peak period needs windows of a fixed length"):
+    with pytest.raises(PlanningError, match=r"a peak period over calendar windows of 1 month \(UTC\) must be a "
+                                            "calendar length"):
         plan_job((PeakSpec("p", period=86400.0 * 60, maximum=10.0),), ContributionBounds(), window, 1.0, 1e-6)
 
 

@@ -6,10 +6,11 @@ import pyarrow as pa
 import pytest
 
 from dpstream.accounting.accountant import Accountant
+from dpstream.accounting.ledger import PeriodGrid
 from dpstream.pipelines.config import jobfile
 from dpstream.pipelines.config.specs import ContributionBounds, HistogramSpec, PeakSpec, TopKSpec, WindowSpec
 from dpstream.pipelines.planning import PlanningError, plan_job
-from dpstream.pipelines.planning.windows import unit_runs
+from dpstream.pipelines.planning.windows import groups_per_unit, unit_runs
 from tests.pipelines.helpers import DAY, START, bounded_sums, events, random_events
 
 LETTERS = tuple("ABCDEF")
@@ -45,15 +46,17 @@ def test_the_planner_composes_only_the_windows_of_one_period(days, peak_runs):
 def test_unit_runs_counts_overlapping_groups_for_a_ragged_last_period():
     window = WindowSpec(size=DAY, start=START, end=START + 10 * DAY)
     assert unit_runs(window, None) == 10
-    assert unit_runs(window, 4 * DAY) == 4  # periods [0, 4), [4, 8), [8, 10)
-    assert unit_runs(window, 4 * DAY, group=3) == 2  # [4, 8) overlaps groups [3, 6) and [6, 9)
-    assert unit_runs(window, 20 * DAY) == 10
+    assert unit_runs(window, PeriodGrid(seconds=4 * DAY)) == 4  # periods [0, 4), [4, 8), [8, 10)
+    assert unit_runs(window, PeriodGrid(seconds=20 * DAY)) == 10
+    # peak groups of 3 windows: unit period [4, 8) holds windows of groups [3, 6) and [6, 9)
+    assert max(map(len, groups_per_unit(window, PeriodGrid(seconds=4 * DAY), (3, 3, 3, 1)))) == 2
 
 
 @pytest.mark.parametrize("window, period, message", [
     (WindowSpec(size=2 * DAY, start=START, end=START + 10 * DAY, period=DAY), 2 * DAY, "needs fixed windows"),
-    (WindowSpec(size=2 * DAY, start=START, end=START + 10 * DAY), 3 * DAY, "multiple of window.size"),
-    (WindowSpec(size=2 * DAY, start=START, end=START + 10 * DAY), DAY, "multiple of window.size"),
+    (WindowSpec(size=2 * DAY, start=START, end=START + 10 * DAY), 3 * DAY,
+     "window 2013-01-03T00:00:00Z..2013-01-05T00:00:00Z crosses the period boundary 2013-01-04T00:00:00Z"),
+    (WindowSpec(size=2 * DAY, start=START, end=START + 10 * DAY), DAY, "crosses the period boundary"),
 ])
 def test_unit_period_must_be_whole_fixed_windows(window, period, message):
     with pytest.raises(PlanningError, match=message):
@@ -111,7 +114,7 @@ kind = "histogram"
 name = "h"
 """)
     job = jobfile.load(str(path))
-    assert job.privacy.unit_period == DAY
+    assert job.privacy.unit_period == PeriodGrid(seconds=DAY)
     path.write_text(path.read_text().replace('unit_period = "1d"', 'unit_period = "soon"'))
     with pytest.raises(jobfile.JobFileError, match=r"privacy.unit_period must be a positive duration .* got 'soon'"):
         jobfile.load(str(path))
@@ -184,7 +187,7 @@ def test_a_job_is_charged_to_every_period_its_windows_overlap(tmp_path, start, e
     from dpstream.pipelines.run import runner
 
     job = _period_job(tmp_path, start=start, end=end, size=size)
-    periods, note = runner.budget(job).scope_periods(DAY)
+    periods, note = runner.budget(job).scope_periods(PeriodGrid(seconds=DAY))
     assert note is None
     assert periods == Periods(DAY, START // DAY + first_day, START // DAY + first_day + days - 1)
 
@@ -192,15 +195,14 @@ def test_a_job_is_charged_to_every_period_its_windows_overlap(tmp_path, start, e
 @pytest.mark.parametrize("kwargs, scope_period, message", [
     (dict(timezone="America/New_York"), DAY,
      r"job.toml: budget scope 'daily' has a budget per 1d period: window.start 2013-01-01T05:00:00Z is not on "
-     r"its period grid \(periods start at whole multiples of 86400 s since 1970-01-01T00:00:00Z; the period holding "
-     r"it starts 2013-01-01T00:00:00Z\); nothing was debited"),
+     r"its period grid \(the period holding it starts 2013-01-01T00:00:00Z, the next 2013-01-02T00:00:00Z\); "
+     r"nothing was debited"),
     (dict(start="2013-01-01T06:00:00", size="6h"), DAY, r"window.start 2013-01-01T06:00:00Z is not on its period grid"),
     (dict(), 6 * 3600,
-     r"budget per 6h period \(21600 s\), but \[privacy\] unit_period is 1d \(86400 s\); they must be equal; "
-     r"nothing was debited"),
+     r"budget per 6h period, but \[privacy\] unit_period is 1d; they must be equal"),
     (dict(unit=""), DAY,
      r"budget per 1d period, but the job has no \[privacy\] unit_period: its privacy unit is a user over the whole "
-     r"window range, which a per-period budget does not cover; set unit_period = \"1d\""),
+     r"window range, which a per-period budget does not cover; set unit_period to the scope's 1d"),
     (dict(extra='[[release]]\nkind = "svt"\nname = "alerts"\nmetric = "count"\nmaximum = 10000\nthreshold = 0.5\n'
                 'sigma_threshold = 0.05'), DAY,
      r"budget per 1d period, which svt releases \(alerts\) cannot use: a monitor's sealed state runs on across runs"),
