@@ -37,7 +37,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from apache_beam.transforms.window import GlobalWindows
 
 from dpstream.accounting.ledger import DEFAULT_LEASE_SECONDS, LedgerConflict
-from dpstream.accounting.text import first_line
+from dpstream.accounting.text import first_line, instant_text
 from dpstream.connectors.beam_io import ReadEvents
 from dpstream.connectors.errors import InputError
 from dpstream.connectors.files import is_local, join, remove_tree
@@ -59,6 +59,8 @@ STAGES = ("checking the job, its input and its runner (no data read)", "asking t
           "computing {releases} releases over {windows} windows into staging", "writing the reports and debiting",
           "publishing")
 """The lines `run(progress=...)` is told, in order."""
+STREAMING_WINDOW = "window {number} of {windows} (ending {end}) released"
+"""Streaming runs also tell `progress` this line per window, between the third stage and the fourth."""
 
 __all__ = ["EXIT_ERROR", "EXIT_INTERNAL", "EXIT_OK", "EXIT_REFUSED", "RunError", "RunOutcome", "budget", "plan", "run", "validate"]
 
@@ -166,7 +168,7 @@ def run(
                 progress(STAGES[2].format(windows=job.window.count, releases=len(job.releases)))
                 tick = time.perf_counter()
                 with LeaseKeeper(job_budget, admission):
-                    pending = _compute(job, job_budget, pipeline, files, parts, max_seconds, publication)
+                    pending = _compute(job, job_budget, pipeline, files, parts, max_seconds, publication, progress)
                     states = job_budget.sealed_states()
                 timings["pipeline_s"] = time.perf_counter() - tick
                 progress(STAGES[3])
@@ -191,13 +193,19 @@ def run(
 
 
 def _compute(job: Job, job_budget: Budget, pipeline: beam.Pipeline, files: dict[str, str],
-             parts: dict[str, str] | None, max_seconds: float | None, publication: Publication) -> dict[str, int]:
-    """Run the pipeline into the staging directory; the windows still pending (streaming at max_seconds)."""
+             parts: dict[str, str] | None, max_seconds: float | None, publication: Publication,
+             progress) -> dict[str, int]:
+    """Run the pipeline into the staging directory; the windows still pending (streaming at max_seconds).
+    Streaming tells `progress` one line per window as its releases are written (`STREAMING_WINDOW`)."""
     if parts is None:
         pipeline.run().wait_until_finish()
         return {}
     expected = {spec.name: streaming_io.emissions(job_budget.plan[spec.name], job.window) for spec in job.releases}
-    stream = streaming_io.run_until_released(pipeline, parts, expected, max_seconds)
+    def on_window(index: int) -> None:
+        progress(STREAMING_WINDOW.format(number=index + 1, windows=job.window.count,
+                                         end=instant_text(job.window.bounds(index)[1])))
+
+    stream = streaming_io.run_until_released(pipeline, parts, expected, max_seconds, on_window)
     for name, directory in parts.items():
         streaming_io.merge_parts(directory, stream.released[name], files[name], job.output.format)
     remove_tree(join(publication.staging, streaming_io.PARTS_DIR))

@@ -142,9 +142,22 @@ class StreamingOutcome:
         return {name: count for name, count in missing.items() if count}
 
 
+def newly_complete(before: StreamingOutcome | None, after: StreamingOutcome) -> list[int]:
+    """Emission indices every release expecting them has written in `after` but not yet in `before`."""
+    def complete(outcome: StreamingOutcome | None) -> set[int]:
+        if outcome is None:
+            return set()
+        wanted = {index for indices in outcome.expected.values() for index in indices}
+        return {index for index in wanted if all(index in outcome.released[name]
+                                                 for name, indices in outcome.expected.items() if index in indices)}
+    return sorted(complete(after) - complete(before))
+
+
 def run_until_released(pipeline: beam.Pipeline, directories: dict[str, str], expected: dict[str, tuple[int, ...]],
-                       max_seconds: float | None) -> StreamingOutcome:
+                       max_seconds: float | None, on_window=None) -> StreamingOutcome:
     """Run a streaming pipeline until every expected emission has its file, or `max_seconds` passed; then cancel it.
+
+    `on_window(index)` is called once per window index as soon as every release emitting at it has its file.
 
     A pipeline error (a bad message) is raised as the runner raised it. The
     runner's own wait runs in a daemon thread, because not every runner's
@@ -164,10 +177,13 @@ def run_until_released(pipeline: beam.Pipeline, directories: dict[str, str], exp
             ended.set()
 
     threading.Thread(target=wait, name="dpstream-pipeline", daemon=True).start()
+    outcome = None
     while True:
         finished = ended.is_set()  # read before the files, so a finished pipeline's last files are seen
         seen = {name: released(directory) for name, directory in directories.items()}
-        outcome = StreamingOutcome(seen, expected, time.monotonic() - started)
+        outcome, before = StreamingOutcome(seen, expected, time.monotonic() - started), outcome
+        for index in newly_complete(before, outcome) if on_window else ():
+            on_window(index)
         if outcome.complete or finished:
             break
         if max_seconds is not None and outcome.seconds >= max_seconds:

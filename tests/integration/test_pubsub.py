@@ -29,6 +29,7 @@ from datetime import datetime, timezone
 import pytest
 
 from dpstream.accounting.ledger import Ledger
+from dpstream.accounting.text import instant_text
 from dpstream.pipelines.config import jobfile
 from dpstream.pipelines.run import runner
 from tests.integration.services import free_port, require, start, stop, wait_for_port
@@ -165,10 +166,13 @@ def test_streaming_run_ends_when_the_range_is_released_and_equals_batch(emulator
     (tmp_path / "stream.toml").write_text(_job_text(
         start, f'format = "pubsub"\nsubscription = "{subscription}"\ntimestamp_attribute = "ts"', "stream"))
     end = start + 2 * WINDOW_S
+    lines: list[str] = []
     with _traffic(emulator[0], topic, end + 3600):
         streamed = runner.run(jobfile.load(str(tmp_path / "stream.toml")), ledger_url=ledger, log=lambda _: None,
-                              max_seconds=BOUND_S)
+                              max_seconds=BOUND_S, progress=lines.append)
     assert streamed.pending == {}, f"stopped at the {BOUND_S}s bound with windows pending"
+    assert lines[3:5] == [runner.STREAMING_WINDOW.format(number=n, windows=2, end=instant_text(start + n * WINDOW_S))
+                          for n in (1, 2)] and lines[5:] == list(runner.STAGES[3:]), lines
     assert time.time() - end < 15, "the run did not end soon after its last window"
     assert not (tmp_path / "stream" / "windows").exists()
     assert streamed.report["runner"]["name"] == "DirectRunner"
