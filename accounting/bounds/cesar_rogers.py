@@ -292,13 +292,15 @@ def br_mean(alpha: float) -> float:
     """Bound on E[L] of an alpha-BR mechanism: a - 1 - ln a with a = alpha / (e^alpha - 1) (CR Lemma 3.2, DDR).
 
     Below alpha = 0.05 the Taylor series alpha^2/8 - alpha^4/576 + alpha^6/25920
-    - alpha^8/1075200 avoids cancellation (truncation error < 1e-17 relative).
+    - alpha^8/1075200 avoids cancellation (truncation error < 1e-17 relative). Above, ln a =
+    ln alpha - alpha - ln(1 - e^-alpha) in log space, so that e^alpha never overflows (alpha > 709: a job at
+    epsilon 1000).
     """
     if alpha < 0.05:
         a2 = alpha * alpha
         return a2 / 8 - a2 * a2 / 576 + a2**3 / 25920 - a2**4 / 1075200
-    ratio = alpha / math.expm1(alpha)
-    return ratio - 1 - math.log(ratio)
+    log_ratio = math.log(alpha) - alpha - math.log1p(-math.exp(-alpha))
+    return math.exp(log_ratio) - 1 - log_ratio
 
 
 def setwise_moments(profile: MixedProfile) -> tuple[float, float]:

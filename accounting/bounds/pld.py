@@ -113,11 +113,16 @@ class LossLaw:
     increment: Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 
+def _logistic(x: float) -> float:
+    """1 / (1 + e^-x), without overflow for any x."""
+    if x >= 0:
+        return 1.0 / (1.0 + math.exp(-x))
+    return math.exp(x) / (1.0 + math.exp(x))
+
+
 def randomized_response_law(epsilon: float) -> LossLaw:
     """RR(eps, 0): Z = +eps w.p. e^eps/(1+e^eps), -eps w.p. 1/(1+e^eps)."""
-    return LossLaw(
-        -epsilon, epsilon, 1.0 / (1.0 + math.exp(epsilon)), 1.0 / (1.0 + math.exp(-epsilon)), lambda a, b: np.zeros_like(a)
-    )
+    return LossLaw(-epsilon, epsilon, _logistic(-epsilon), _logistic(epsilon), lambda a, b: np.zeros_like(a))
 
 
 def laplace_law(epsilon: float) -> LossLaw:
@@ -128,10 +133,13 @@ def laplace_law(epsilon: float) -> LossLaw:
 
 
 def bounded_range_law(epsilon: float) -> LossLaw:
-    """(U[0,1], density e^eps/(1+(e^eps-1)x)^2): Z = 2 log(1+(e^eps-1)x) - eps, Pr[Z <= z] = expm1((z+eps)/2)/expm1(eps)."""
-    scale = math.expm1(epsilon)
+    """(U[0,1], density e^eps/(1+(e^eps-1)x)^2): Z = 2 log(1+(e^eps-1)x) - eps, Pr[Z <= z] = expm1((z+eps)/2)/expm1(eps).
+
+    The mass of (a, b] is e^((a+eps)/2) expm1((b-a)/2) / expm1(eps), computed as
+    e^((a-eps)/2 - ln(1 - e^-eps)) expm1((b-a)/2) so that e^eps never overflows."""
+    log_rest = math.log(-math.expm1(-epsilon))  # ln(expm1(eps)) - eps
     return LossLaw(
-        -epsilon, epsilon, 0.0, 0.0, lambda a, b: np.exp(0.5 * (a + epsilon)) * np.expm1(0.5 * (b - a)) / scale
+        -epsilon, epsilon, 0.0, 0.0, lambda a, b: np.exp(0.5 * (a - epsilon) - log_rest) * np.expm1(0.5 * (b - a))
     )
 
 

@@ -155,6 +155,8 @@ def _validate(args: argparse.Namespace) -> int:
         return EXIT_OK
     print(f"{job.source}: valid; {job.window.count} windows, {plan_size(plan).describe()}, scope "
           f"{job.privacy.scope!r}, epsilon={plan.epsilon:.6g} (target {job.privacy.epsilon:g}) at delta={plan.delta:g}")
+    if (cap := plan.window_cap_text()) is not None:
+        print(f"  {cap}")
     for number, release in enumerate(plan.releases, 1):
         print(f"  {number}. {release.describe()}")
         print(f"     expected: {expected_utility(release, plan.bounds)}")

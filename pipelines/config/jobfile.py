@@ -62,7 +62,8 @@ SECTIONS = {
     "input": tuple(dict.fromkeys(FILE_INPUT_KEYS + PUBSUB_INPUT_KEYS)),
     "window": ("size", "period", "start", "end", "allowed_lateness", "max_count"),
     "privacy": (
-        "scope", "epsilon", "delta", "ledger", "max_partitions", "max_contributions", "min_value", "max_value",
+        "scope", "epsilon", "delta", "ledger", "max_partitions", "max_contributions", "max_windows", "min_value",
+        "max_value",
         "unit_period",
     ),
     "release": ("kind", "name", "weight", *dict.fromkeys(key for keys in RELEASE_KEYS.values() for key in keys)),
@@ -158,6 +159,9 @@ def parse(document: dict[str, Any], path: str) -> Job:
     beam = _beam(check, sections["beam"])
     if input_spec.format == PUBSUB and any(r.kind == "svt" for r in releases):
         check.fail("svt releases continue across scheduled batch runs and cannot be part of a streaming (pubsub) job")
+    if input_spec.format == PUBSUB and privacy.bounds.max_windows is not None:
+        check.fail("privacy.max_windows applies to batch inputs only: a streaming (pubsub) job would have to choose "
+                   "a user's windows before its later windows arrive")
     name = os.path.splitext(os.path.basename(path))[0]
     return Job(os.path.abspath(path), name, input_spec, window, privacy, releases, output, beam)
 
@@ -261,6 +265,7 @@ def _privacy(check: "_Checker", table: dict, timezone: str) -> PrivacySettings:
         max_contributions=check.integer(table, "privacy", "max_contributions", default=1),
         min_value=check.number(table, "privacy", "min_value", default=1.0),
         max_value=check.number(table, "privacy", "max_value", default=1.0),
+        max_windows=check.integer(table, "privacy", "max_windows", default=None),
     )
     return PrivacySettings(
         scope=check.text(table, "privacy", "scope"),

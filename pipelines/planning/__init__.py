@@ -12,6 +12,7 @@ from dpstream.pipelines.planning.job import PLANNERS, JobPlan, ReleasePlan, plan
 from dpstream.pipelines.planning.peak import PeakPlan
 from dpstream.pipelines.planning.svt import SvtPlan
 from dpstream.pipelines.planning.topk import TopKPlan
+from dpstream.pipelines.planning.windows import WindowCap
 
 __all__ = ["PLANNERS", "HistogramPlan", "JobPlan", "PeakPlan", "PlanningError", "ReleasePlan", "SvtPlan", "TopKPlan",
-           "plan_job"]
+           "WindowCap", "plan_job"]

@@ -33,8 +33,9 @@ class PlanningContext:
 
     @cached_property
     def windows(self) -> int:
-        """How many windows one privacy unit can touch (`windows.unit_runs`): each window-release composes this often."""
-        return unit_runs(self.window, self.unit_period)
+        """How many windows one privacy unit can touch: `windows.unit_runs`, at most `bounds.max_windows` (bounding
+        keeps a unit's records in that many). Each window-release composes this often."""
+        return min(unit_runs(self.window, self.unit_period), self.bounds.max_windows or self.window.count)
 
     @property
     def total_weight(self) -> float:

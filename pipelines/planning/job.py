@@ -25,6 +25,7 @@ per peak release.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Callable, Union
 
 from dpstream.accounting.calibrate import CalibratedPlan, calibrate
@@ -48,6 +49,7 @@ from dpstream.pipelines.planning.histogram import HistogramPlan
 from dpstream.pipelines.planning.peak import PeakPlan
 from dpstream.pipelines.planning.svt import SvtPlan
 from dpstream.pipelines.planning.topk import TopKPlan
+from dpstream.pipelines.planning.windows import WindowCap, unit_runs, window_cap
 
 ReleasePlan = Union[HistogramPlan, TopKPlan, PeakPlan, SvtPlan]
 
@@ -90,6 +92,24 @@ class JobPlan:
         open on the scope, whose budgets are not debited again. Monitors are told apart by name, never by event
         (two monitors with equal parameters have equal events)."""
         return self.calibrated.events(without=frozenset(continued))
+
+    @cached_property
+    def window_cap(self) -> WindowCap | None:
+        """The cross-window cap bounding applies (`[privacy] max_windows`), or None when there is none or it
+        cannot bind."""
+        return window_cap(self.window, self.unit_period, self.bounds.max_windows)
+
+    def window_cap_text(self) -> str | None:
+        """What `[privacy] max_windows` does to this plan, in words (None without it)."""
+        cap, touched = self.bounds.max_windows, unit_runs(self.window, self.unit_period)
+        if cap is None:
+            return None
+        where = "in one unit period" if self.unit_period is not None else "in the range"
+        if self.window_cap is None:
+            return f"max_windows = {cap}: a privacy unit can touch only {touched} windows {where}, so the cap keeps all"
+        return (f"max_windows = {cap}: each privacy unit's records are kept in at most {cap} of the {touched} windows "
+                f"it can touch {where}, chosen uniformly at random, so histograms, top-k and peaks compose {cap} "
+                f"windows instead of {touched} (svt releases read every window: their filter is charged the same)")
 
     def monitors(self) -> tuple[SvtPlan, ...]:
         return tuple(r for r in self.releases if isinstance(r, SvtPlan))

@@ -102,12 +102,13 @@ def draft(spec: PeakSpec, context: PlanningContext) -> Draft[PeakPlan]:
         raise PlanningError(f"{where}: maximum may be at most {MAX_RANGE_RATIO:g} times the L1 sensitivity {bounds.l1:g} "
                             f"of a window total, got {spec.maximum!r}: beyond that, calibrating report-noisy-max takes "
                             f"minutes and gigabytes (a known limitation)")
-    sizes, bounds = peak_groups(window, spec.period)
-    runs = _peak_runs(window, context.unit_period, sizes)
+    periods = peak_groups(window, spec.period)
+    # a unit whose records reach at most max_windows windows reaches at most that many periods
+    runs = min(_peak_runs(window, context.unit_period, periods[0]), bounds.max_windows or window.count)
     if runs == 0:
         raise PlanningError(f"{where}: every period holds a single window; period must cover at least 2 windows")
     entry = Release(spec.name, "pure", spec.weight, 1.0, runs)
-    return Draft((entry,), (), lambda calibrated: _plan(spec, context, (sizes, bounds), runs,
+    return Draft((entry,), (), lambda calibrated: _plan(spec, context, periods, runs,
                                                                   calibrated[spec.name].event))
 
 

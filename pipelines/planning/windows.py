@@ -10,6 +10,7 @@ Proof for user x period units: docs/proofs/pipelines.planning.windows.unit_runs.
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 
 from dpstream.accounting.calendar import calendar_length
 from dpstream.accounting.ledger.periods import PeriodGrid
@@ -92,3 +93,21 @@ def unit_runs(window: WindowSpec, grid: PeriodGrid | None) -> int:
     """How many windows one privacy unit can touch: every window of the range without a unit period, else the
     most windows any one unit period holds."""
     return max(len(groups) for groups in groups_per_unit(window, grid))
+
+
+@dataclass(frozen=True)
+class WindowCap:
+    """`[privacy] max_windows` in force: bounding keeps each privacy unit's records in at most `max_windows`
+    windows. The unit is a user within one unit period: `unit_of_window[i]` is the unit period of window i
+    (all 0 without a unit period), so the cap holds per user and period."""
+
+    max_windows: int
+    unit_of_window: tuple[int, ...]
+
+
+def window_cap(window: WindowSpec, grid: PeriodGrid | None, max_windows: int | None) -> WindowCap | None:
+    """The cap bounding must apply, or None when there is none or it cannot bind (C >= the windows a unit can
+    touch, `unit_runs`)."""
+    if max_windows is None or max_windows >= unit_runs(window, grid):
+        return None
+    return WindowCap(max_windows, (0,) * window.count if grid is None else unit_periods(window, grid))

@@ -124,6 +124,7 @@ def report_json(context: RunContext, tables: dict[str, pa.Table], chart: str | N
             "bounds": {
                 "max_partitions": bounds.max_partitions,
                 "max_contributions": bounds.max_contributions,
+                "max_windows": bounds.max_windows,
                 "min_value": bounds.min_value,
                 "max_value": bounds.max_value,
                 "quantum": bounds.quantum,
@@ -189,7 +190,8 @@ def report_markdown(context: RunContext, content: dict[str, Any]) -> str:
         f"Each privacy unit (column `{job.input.user}`) keeps, per window, at most {bounds.max_partitions} "
         f"partitions (column `{job.input.partition}`) and at most {bounds.max_contributions} events per partition, "
         f"chosen uniformly at random; values are clipped to [{bounds.min_value:g}, {bounds.max_value:g}]"
-        f"{_grid_text(bounds)}. So one unit moves a window's sums by at most L1 = {bounds.l1:g}, L2 = {bounds.l2:.6g}, Linf = {bounds.linf:g}.",
+        f"{_grid_text(bounds)}. So one unit moves a window's sums by at most L1 = {bounds.l1:g}, L2 = {bounds.l2:.6g}, Linf = {bounds.linf:g}."
+        + (f" Across windows, {cap}." if (cap := plan.window_cap_text()) else ""),
         "",
         f"Windows: {job.window.count} windows of {job.window.length_text}"
         + (f" every {duration_text(job.window.period)}" if job.window.period else "")

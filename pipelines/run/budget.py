@@ -176,7 +176,7 @@ class Budget:
         """The private transform of release `name`: EVENT_SCHEMA record batches -> plain dict rows."""
         planned = self.plan[name]
         transform = release_transform(planned, self.bounds, self.window, self.seed, self.shards,
-                                      self._initial_state(planned))
+                                      self._initial_state(planned), self.plan.window_cap)
         if isinstance(planned, SvtPlan):
             return _SealState(transform, self._state_path(name))
         return transform

@@ -14,6 +14,7 @@ import pandas as pd
 
 from dpstream.pipelines.config.specs import ContributionBounds, WindowSpec
 from dpstream.pipelines.mechanisms.fixedpoint import group_sums
+from dpstream.pipelines.planning.windows import WindowCap
 from dpstream.pipelines.transforms.bounding import BoundContributions
 from dpstream.pipelines.transforms.windowing import AttachWindowTimestamp, beam_windows
 
@@ -82,12 +83,14 @@ class WindowedRelease(beam.PTransform):
 
     Holds what every release needs and nothing else: its plan, the job's
     contribution bounds and windows, the test-mode seed (None in production)
-    and how many user shards bounding spreads over. Every release starts from
-    `_window_sums`.
+    and how many user shards bounding spreads over; `cap`, the plan's cross-window cap (`JobPlan.window_cap`).
+    Every release starts from `_window_sums`.
     """
 
-    def __init__(self, plan, bounds: ContributionBounds, window: WindowSpec, seed: int | None = None, shards: int = 1):
+    def __init__(self, plan, bounds: ContributionBounds, window: WindowSpec, seed: int | None = None, shards: int = 1,
+                 cap: WindowCap | None = None):
         super().__init__()
+        self._cap = cap
         self._plan = plan
         self._bounds = bounds
         self._window = window
@@ -105,6 +108,6 @@ class WindowedRelease(beam.PTransform):
         return (
             batches
             | "Bound contributions" >> BoundContributions(self._bounds if bounds is None else bounds, self._window,
-                                                          partitions, self._seed, self._shards, units)
+                                                          partitions, self._seed, self._shards, units, self._cap)
             | "Sum per window" >> PerWindowSums(self._window, empty_sums_and_units if units else empty_sums)
         )

@@ -18,6 +18,11 @@ clipped to [min_value, max_value] (DESIGN.md section 1). Steps:
 3. Per user, keep `max_partitions` of their partitions, chosen uniformly
    (smallest random key per (user, window, partition)), then sum per partition.
 
+Across windows (`cap`, from `[privacy] max_windows` C; batch inputs only): the pieces of every window are
+grouped per user shard instead, and before step 3 each unit (user, or user and unit period) keeps its records
+in only the C of its windows with the smallest random keys (`capped_windows`), so a unit reaches at most C
+windows. Proof: docs/proofs/pipelines.transforms.bounding.max_windows.md.
+
 Proof: docs/proofs/pipelines.transforms.bounding.BoundContributions.md.
 With `units`, step 3 also counts, per partition, the users it kept (each
 user adds 1 to at most `max_partitions` of these counts).
@@ -44,12 +49,13 @@ import apache_beam as beam
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-from apache_beam.transforms.window import TimestampedValue
+from apache_beam.transforms.window import GlobalWindows, TimestampedValue
 
 from dpstream.connectors.schema import EVENT_SCHEMA
 from dpstream.pipelines.config.specs import ContributionBounds, WindowSpec
 from dpstream.pipelines.mechanisms.fixedpoint import group_sums, to_units
 from dpstream.pipelines.mechanisms.noise import SecureRandom
+from dpstream.pipelines.planning.windows import WindowCap
 from dpstream.pipelines.transforms.windowing import beam_windows, window_indices, window_timestamp
 
 _MIX = np.uint64(0x9E3779B97F4A7C15)
@@ -179,6 +185,38 @@ class _PreAggregate(beam.DoFn):
             yield TimestampedValue(((index, shard), frame.iloc[begin:end]), window_timestamp(self._window, index))
 
 
+def _bound_window(frame: pd.DataFrame, index: int, bounds: ContributionBounds, keys: _Keys, partition_keys: _Keys,
+                  units: bool):
+    """All pieces of one window (one user shard's or more) -> per-partition bounded sums (steps 2 and 3)."""
+    user_codes, users = pd.factorize(frame["user"].to_numpy())
+    partition_codes, partitions = pd.factorize(frame["partition"].to_numpy())
+    groups = user_codes.astype(np.int64) * len(partitions) + partition_codes
+    if bounds.counting:
+        distinct, inverse = np.unique(groups, return_inverse=True)
+        kept = np.minimum(np.bincount(inverse, weights=frame["n"].to_numpy()), bounds.max_contributions)
+        sums = kept.astype(np.int64) * bounds.value_units[0]
+    else:
+        order, rank = _group_ranks(groups, frame["key"].to_numpy())
+        sample = order[rank < bounds.max_contributions]  # still sorted by group
+        sampled = groups[sample]
+        starts = np.flatnonzero(np.r_[True, sampled[1:] != sampled[:-1]])
+        distinct = sampled[starts]
+        # at most max_contributions <= 2**32 records of |units| <= 2**30 per group: no overflow
+        sums = np.add.reduceat(frame["value"].to_numpy()[sample], starts)
+    user_of, partition_of = np.divmod(distinct, len(partitions))
+    draws = partition_keys.draw(distinct.size, lambda: (
+        partition_keys.strings(np.asarray(users))[user_of],
+        partition_keys.strings(np.asarray(partitions))[partition_of], np.int64(index)))
+    order, rank = _group_ranks(user_of, draws)
+    chosen = order[rank < bounds.max_partitions]
+    labels = np.asarray(partitions, dtype=object)[partition_of[chosen]]
+    if units:
+        totals = pd.DataFrame({"sum": sums[chosen], "units": np.ones(chosen.size, dtype=np.int64)}, index=labels)
+    else:
+        totals = pd.Series(sums[chosen], index=labels)
+    return group_sums(totals)
+
+
 class _BoundWindow(beam.DoFn):
     """All pieces of one (window, shard) -> (window index, per-partition bounded sums as an int64 pandas Series)."""
 
@@ -186,7 +224,6 @@ class _BoundWindow(beam.DoFn):
         self._bounds = bounds
         self._seed = seed
         self._units = units
-        self._counting = bounds.counting
 
     def setup(self):
         self._keys = _Keys(self._seed, "records")
@@ -195,33 +232,50 @@ class _BoundWindow(beam.DoFn):
     def process(self, element):
         (index, _), pieces = element
         frame = pd.concat(list(pieces), ignore_index=True)
+        yield index, _bound_window(frame, index, self._bounds, self._keys, self._partition_keys, self._units)
+
+
+def capped_windows(users: np.ndarray, windows: np.ndarray, cap: WindowCap, keys: np.ndarray) -> np.ndarray:
+    """Which (user code, window) pairs to keep: per user and unit period, the `cap.max_windows` pairs with the
+    smallest keys (a uniform sample of that many of the unit's windows when the keys are i.i.d. uniform).
+    Arrays are aligned, one entry per distinct pair; returns a boolean mask."""
+    periods = np.asarray(cap.unit_of_window, dtype=np.int64)[windows]
+    _, unit = np.unique(np.stack([users, periods]), axis=1, return_inverse=True)
+    order, rank = _group_ranks(unit.ravel(), keys)
+    keep = np.zeros(users.size, dtype=bool)
+    keep[order[rank < cap.max_windows]] = True
+    return keep
+
+
+class _BoundCapped(beam.DoFn):
+    """All pieces of one user shard, every window -> (window index, bounded sums) per window, after keeping each
+    unit's records in at most cap.max_windows windows (step 0, `capped_windows`); timestamped for its window."""
+
+    def __init__(self, bounds: ContributionBounds, window: WindowSpec, cap: WindowCap, seed, units: bool = False):
+        self._bounds = bounds
+        self._window = window
+        self._cap = cap
+        self._seed = seed
+        self._units = units
+
+    def setup(self):
+        self._keys = _Keys(self._seed, "records")
+        self._partition_keys = _Keys(self._seed, "partitions")
+        self._window_keys = _Keys(self._seed, "windows")
+
+    def process(self, element):
+        _, pieces = element
+        frame = pd.concat([piece.assign(window=index) for index, piece in pieces], ignore_index=True)
         user_codes, users = pd.factorize(frame["user"].to_numpy())
-        partition_codes, partitions = pd.factorize(frame["partition"].to_numpy())
-        groups = user_codes.astype(np.int64) * len(partitions) + partition_codes
-        if self._counting:
-            distinct, inverse = np.unique(groups, return_inverse=True)
-            kept = np.minimum(np.bincount(inverse, weights=frame["n"].to_numpy()), self._bounds.max_contributions)
-            sums = kept.astype(np.int64) * self._bounds.value_units[0]
-        else:
-            order, rank = _group_ranks(groups, frame["key"].to_numpy())
-            sample = order[rank < self._bounds.max_contributions]  # still sorted by group
-            sampled = groups[sample]
-            starts = np.flatnonzero(np.r_[True, sampled[1:] != sampled[:-1]])
-            distinct = sampled[starts]
-            # at most max_contributions <= 2**32 records of |units| <= 2**30 per group: no overflow
-            sums = np.add.reduceat(frame["value"].to_numpy()[sample], starts)
-        user_of, partition_of = np.divmod(distinct, len(partitions))
-        keys = self._partition_keys.draw(distinct.size, lambda: (
-            self._partition_keys.strings(np.asarray(users))[user_of],
-            self._partition_keys.strings(np.asarray(partitions))[partition_of], np.int64(index)))
-        order, rank = _group_ranks(user_of, keys)
-        chosen = order[rank < self._bounds.max_partitions]
-        labels = np.asarray(partitions, dtype=object)[partition_of[chosen]]
-        if self._units:
-            totals = pd.DataFrame({"sum": sums[chosen], "units": np.ones(chosen.size, dtype=np.int64)}, index=labels)
-        else:
-            totals = pd.Series(sums[chosen], index=labels)
-        yield index, group_sums(totals)
+        windows = frame["window"].to_numpy().astype(np.int64)
+        pairs, row_pair = np.unique(user_codes.astype(np.int64) * self._window.count + windows, return_inverse=True)
+        pair_users, pair_windows = np.divmod(pairs, self._window.count)
+        keys = self._window_keys.draw(pairs.size, lambda: (
+            self._window_keys.strings(np.asarray(users))[pair_users], pair_windows))
+        kept = frame[capped_windows(pair_users, pair_windows, self._cap, keys)[row_pair.ravel()]]
+        for index, rows in kept.groupby("window", sort=True):
+            sums = _bound_window(rows, int(index), self._bounds, self._keys, self._partition_keys, self._units)
+            yield TimestampedValue((int(index), sums), window_timestamp(self._window, int(index)))
 
 
 class BoundContributions(beam.PTransform):
@@ -237,11 +291,13 @@ class BoundContributions(beam.PTransform):
     `partitions`: keep only these (public) partitions before bounding.
     `shards`: users are spread over this many groups per window (parallelism);
     the per-window outputs of the shards are summed by `aggregation.PerWindowSums`.
+    `cap`: keep each unit's records in at most `cap.max_windows` windows (`planning.WindowCap`; bounded
+    inputs only, grouped per shard over all windows).
     Privacy, proof and runtime: module docstring.
     """
 
     def __init__(self, bounds: ContributionBounds, window: WindowSpec, partitions: tuple[str, ...] | None = None,
-                 seed: int | None = None, shards: int = 1, units: bool = False):
+                 seed: int | None = None, shards: int = 1, units: bool = False, cap: WindowCap | None = None):
         super().__init__()
         if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
             raise ValueError(f"BoundContributions: shards must be a positive integer, got {shards!r}")
@@ -251,6 +307,7 @@ class BoundContributions(beam.PTransform):
         self._seed = seed
         self._shards = shards
         self._units = units
+        self._cap = cap
 
     def default_label(self) -> str:
         return f"BoundContributions(L0={self._bounds.max_partitions}, Linf={self._bounds.max_contributions})"
@@ -260,11 +317,29 @@ class BoundContributions(beam.PTransform):
                 "min_value": self._bounds.min_value, "max_value": self._bounds.max_value}
 
     def expand(self, batches):
+        pieces = batches | "Pre-aggregate batches" >> beam.ParDo(
+            _PreAggregate(self._bounds, self._window, self._partitions, self._seed, self._shards))
+        if self._cap is not None:
+            return self._capped(batches, pieces)
         return (
-            batches
-            | "Pre-aggregate batches" >> beam.ParDo(_PreAggregate(self._bounds, self._window, self._partitions,
-                                                                  self._seed, self._shards))
+            pieces
             | "Window" >> beam.WindowInto(beam_windows(self._window))
             | "Group per window" >> beam.GroupByKey()
             | "Bound users" >> beam.ParDo(_BoundWindow(self._bounds, self._seed, self._units))
+        )
+
+    def _capped(self, batches, pieces):
+        """Each user shard's pieces of every window together, so that a unit's windows can be capped (batch only:
+        in a stream, later windows have not arrived when earlier ones are released)."""
+        if not batches.is_bounded:
+            raise ValueError("privacy.max_windows needs a bounded (batch) input: a streaming run would have to "
+                             "choose a unit's windows before seeing the later ones")
+        return (
+            pieces
+            | "Key by shard" >> beam.MapTuple(lambda key, frame: (key[1], (key[0], frame)))
+            | "One window for all" >> beam.WindowInto(GlobalWindows())
+            | "Group per shard" >> beam.GroupByKey()
+            | "Cap windows, bound users" >> beam.ParDo(_BoundCapped(self._bounds, self._window, self._cap, self._seed,
+                                                                   self._units))
+            | "Window" >> beam.WindowInto(beam_windows(self._window))
         )

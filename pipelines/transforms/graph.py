@@ -12,7 +12,7 @@ from typing import Any, Mapping
 import apache_beam as beam
 
 from dpstream.pipelines.config.specs import ContributionBounds, ReleaseSpec, WindowSpec
-from dpstream.pipelines.planning import HistogramPlan, JobPlan, PeakPlan, ReleasePlan, SvtPlan, TopKPlan
+from dpstream.pipelines.planning import HistogramPlan, JobPlan, PeakPlan, ReleasePlan, SvtPlan, TopKPlan, WindowCap
 from dpstream.pipelines.transforms.aggregation import WindowedRelease
 from dpstream.pipelines.transforms.histogram import PrivateHistogram
 from dpstream.pipelines.transforms.peak import PeakWindow
@@ -24,12 +24,17 @@ TRANSFORMS: dict[type, type[WindowedRelease]] = {HistogramPlan: PrivateHistogram
 
 
 def release_transform(planned: ReleasePlan, bounds: ContributionBounds, window: WindowSpec, seed: int | None,
-                      shards: int = 1, monitor_state: Mapping[str, Any] | None = None) -> WindowedRelease:
+                      shards: int = 1, monitor_state: Mapping[str, Any] | None = None,
+                      cap: WindowCap | None = None) -> WindowedRelease:
     """The private transform of one planned release (`TRANSFORMS` by plan type); svt: its monitor continues
-    `monitor_state` (None: a new monitor) and the transform yields {"alerts": rows, STATE: sealed state}."""
+    `monitor_state` (None: a new monitor) and the transform yields {"alerts": rows, STATE: sealed state}.
+
+    `cap`: the plan's cross-window cap (`JobPlan.window_cap`), which every kind but svt applies in bounding
+    (an svt monitor's filter is charged the same however few windows a unit reaches, so a cap would only drop
+    data)."""
     if isinstance(planned, SvtPlan):
         return SparseVectorAlerts(planned, bounds, window, seed, shards, monitor_state)
-    return TRANSFORMS[type(planned)](planned, bounds, window, seed, shards)
+    return TRANSFORMS[type(planned)](planned, bounds, window, seed, shards, cap=cap)
 
 
 def release_graph(
@@ -58,7 +63,8 @@ def release_graph(
         planned = plan[spec.name]
         if planned.spec != spec:
             raise ValueError(f"release {spec.name!r} differs from the planned one: planned {planned.spec}, got {spec}")
-        transform = release_transform(planned, bounds, window, seed, shards, monitor_states.get(spec.name))
+        transform = release_transform(planned, bounds, window, seed, shards, monitor_states.get(spec.name),
+                                      plan.window_cap)
         released = batches | f"Release {spec.name}" >> transform
         if isinstance(planned, SvtPlan):
             outputs[spec.name], states[spec.name] = released["alerts"], released[STATE]

@@ -301,7 +301,7 @@ def test_all_br_setwise_equals_dong_durfee_rogers_corollary_3_1():
 
 
 def test_br_mean_is_accurate_at_both_ends():
-    for alpha in (1e-8, 1e-4, 0.049, 0.051, 0.1, 1.0, 30.0, 200.0):
+    for alpha in (1e-8, 1e-4, 0.049, 0.051, 0.1, 1.0, 30.0, 200.0, 709.0, 750.0, 2000.0):
         with mpmath.workdps(50):
             a = mpmath.mpf(alpha)
             ratio = a / mpmath.expm1(a)

@@ -370,3 +370,19 @@ def test_large_plan_is_finite():
     plan = Composition.of(SelfComposed(Laplace(2.0), 24), SelfComposed(Gaussian(5.0), 24), SelfComposed(BoundedRange(0.5), 24))
     eps = PLDBound().epsilon(plan, 1e-6)
     assert math.isfinite(eps)
+
+
+@pytest.mark.parametrize("epsilon", [1e-6, 0.5, 30.0, 709.0, 1000.0])
+def test_loss_laws_stay_finite_up_to_the_largest_job_epsilon(epsilon):
+    """Job files allow epsilon up to 1000, where e^epsilon overflows: the randomized-response and bounded-range
+    laws are computed in log space and their masses still add up to 1 (reference: mpmath at 50 digits)."""
+    from dpstream.accounting.bounds.pld import bounded_range_law, randomized_response_law
+
+    rr = randomized_response_law(epsilon)
+    with mpmath.workdps(50):
+        assert rr.atom_lo == pytest.approx(float(1 / (1 + mpmath.exp(epsilon))), rel=1e-12)
+    assert rr.atom_lo + rr.atom_hi == pytest.approx(1.0, abs=1e-15)
+    br = bounded_range_law(epsilon)
+    edges = np.linspace(-epsilon, epsilon, 2001)
+    masses = br.increment(edges[:-1], edges[1:])
+    assert np.all(np.isfinite(masses)) and masses.sum() == pytest.approx(1.0, rel=1e-9)

@@ -8,7 +8,7 @@ import pyarrow as pa
 
 from dpstream.connectors.schema import EVENT_SCHEMA, MICROS
 from dpstream.pipelines.transforms.aggregation import SumSeriesFn, empty_sums, empty_sums_and_units
-from dpstream.pipelines.transforms.bounding import _BoundWindow, _PreAggregate
+from dpstream.pipelines.transforms.bounding import _BoundCapped, _BoundWindow, _PreAggregate
 
 START = 1356998400  # 2013-01-01T00:00:00Z
 DAY = 86400
@@ -34,8 +34,9 @@ def random_events(n, days, n_users, partitions, seed=1, skip_days=(), values=Fal
     return events(users[order], seconds[order], chosen[order], None if vals is None else vals[order])
 
 
-def bounded_sums(batches, bounds, window, partitions=None, seed=0, shards=1, units=False) -> dict:
-    """Window index -> per-partition bounded sums (with `units`: sums and users), by the BoundContributions DoFns without Beam."""
+def bounded_sums(batches, bounds, window, partitions=None, seed=0, shards=1, units=False, cap=None) -> dict:
+    """Window index -> per-partition bounded sums (with `units`: sums and users), by the BoundContributions DoFns
+    without Beam (`cap`: a `WindowCap`, applied per user shard over every window as the capped path does)."""
     pre = _PreAggregate(bounds, window, partitions, seed, shards)
     pre.setup()
     pieces = defaultdict(list)
@@ -43,11 +44,19 @@ def bounded_sums(batches, bounds, window, partitions=None, seed=0, shards=1, uni
         for timestamped in pre.process(batch):
             key, frame = timestamped.value
             pieces[key].append(frame)
-    bound = _BoundWindow(bounds, seed, units)
-    bound.setup()
     partial = defaultdict(list)
-    for key, frames in pieces.items():
-        for index, sums in bound.process((key, frames)):
-            partial[index].append(sums)
+    if cap is None:
+        bound = _BoundWindow(bounds, seed, units)
+        bound.setup()
+        outputs = (out for key, frames in pieces.items() for out in bound.process((key, frames)))
+    else:
+        capped = _BoundCapped(bounds, window, cap, seed, units)
+        capped.setup()
+        shards_pieces = defaultdict(list)
+        for (index, shard), frames in pieces.items():
+            shards_pieces[shard] += [(index, frame) for frame in frames]
+        outputs = (out.value for shard, items in shards_pieces.items() for out in capped.process((shard, items)))
+    for index, sums in outputs:
+        partial[index].append(sums)
     combine = SumSeriesFn(empty_sums_and_units if units else empty_sums)
     return {index: combine.extract_output(parts) for index, parts in partial.items()}

@@ -102,6 +102,14 @@ def test_bad_values_name_file_and_key(tmp_path, old, new, message):
     assert "\n" not in text
 
 
+def test_max_windows_is_for_batch_inputs(tmp_path):
+    streaming = BASE.replace('format = "csv"\npath = "events.csv"',
+                             'format = "pubsub"\nsubscription = "projects/p/subscriptions/s"')
+    with pytest.raises(jobfile.JobFileError, match="privacy.max_windows applies to batch inputs only"):
+        _load(tmp_path, streaming.replace("[privacy]\n", "[privacy]\nmax_windows = 2\n"))
+    assert _load(tmp_path, BASE.replace("[privacy]\n", "[privacy]\nmax_windows = 2\n")).privacy.bounds.max_windows == 2
+
+
 def test_selection_for_unknown_partitions(tmp_path):
     text = BASE.replace('partitions = ["A", "B"]\n', "").replace('kind = "topk"\nname = "top_k"\nk = 1', 'kind = "histogram"\nname = "h"')
     assert _load(tmp_path, text).releases[0].selection == "gaussian"

@@ -1,0 +1,228 @@
+"""`[privacy] max_windows` (C): each privacy unit keeps its records in at most C windows, chosen uniformly at
+random, and every release kind but svt composes over min(C, W) windows. Exact oracles for the choice, a
+chi-square test of its uniformity, the sensitivity of the whole capped release vector between neighbours, and a
+DP audit in which a user reaches every window, with the uncapped bounding as the broken variant."""
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import tempfile
+
+import apache_beam as beam
+import numpy as np
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.test_stream import TestStream
+from apache_beam.testing.util import assert_that
+from scipy import stats
+
+from dpstream.pipelines.config import jobfile
+from dpstream.pipelines.config.specs import (
+    ContributionBounds,
+    HistogramSpec,
+    PeakSpec,
+    SpecError,
+    SvtSpec,
+    TopKSpec,
+    WindowSpec,
+)
+from dpstream.pipelines.mechanisms.noise import SecureRandom
+from dpstream.pipelines.planning import plan_job
+from dpstream.pipelines.planning.windows import WindowCap
+from dpstream.pipelines.transforms.bounding import BoundContributions, capped_windows
+from tests.falsification.harness import audit
+from tests.pipelines.helpers import DAY, START, bounded_sums, events, random_events
+
+W = 8
+WINDOW = WindowSpec(size=DAY, start=START, end=START + W * DAY)
+
+
+def _bounds(max_windows=None, **kwargs) -> ContributionBounds:
+    return ContributionBounds(max_windows=max_windows, **kwargs)
+
+
+def test_plans_compose_over_min_c_w_windows():
+    """Histograms and top-k compose C windows: the same noise as a job of C windows; peak at most C periods;
+    svt is unchanged; C >= W changes nothing and needs no cap."""
+    releases = (HistogramSpec("h", partitions=("A", "B")), TopKSpec("t", k=1, partitions=("A", "B")),
+                PeakSpec("p", period=2 * DAY, maximum=100.0))
+    capped = plan_job(releases, _bounds(2), WINDOW, 1.0, 1e-6)
+    assert capped["h"].runs == capped["t"].runs == 2 and capped["p"].runs == 2
+    alone = (HistogramSpec("h", partitions=("A", "B")),)
+    assert plan_job(alone, _bounds(2), WINDOW, 1.0, 1e-6)["h"].noise == pytest.approx(
+        plan_job(alone, _bounds(), WindowSpec(size=DAY, start=START, end=START + 2 * DAY), 1.0, 1e-6)["h"].noise,
+        rel=1e-9)
+    assert capped.window_cap == WindowCap(2, (0,) * W)
+    full = plan_job(releases, _bounds(W), WINDOW, 1.0, 1e-6)
+    assert full.window_cap is None and full["h"].runs == W
+    assert full["h"].noise == pytest.approx(plan_job(releases, _bounds(), WINDOW, 1.0, 1e-6)["h"].noise, rel=1e-12)
+    svt = SvtSpec("s", metric="count", maximum=1000.0, threshold=0.5, sigma_threshold=0.05)
+    assert plan_job((svt,), _bounds(2), WINDOW, 1.0, 1e-6)["s"] == plan_job((svt,), _bounds(), WINDOW, 1.0, 1e-6)["s"]
+
+
+def test_with_a_unit_period_the_cap_holds_per_period():
+    """Hourly windows over 3 days, unit user x day, C = 3: 3 of a day's 24 windows compose, and the cap's unit
+    of each window is its day."""
+    hourly = WindowSpec(size=3600, start=START, end=START + 3 * DAY)
+    plan = plan_job((HistogramSpec("h", partitions=("A",)),), _bounds(3), hourly, 1.0, 1e-6, unit_period=DAY)
+    assert plan["h"].runs == 3
+    assert plan.window_cap == WindowCap(3, tuple(i // 24 for i in range(72)))
+
+
+def test_capped_windows_keeps_the_smallest_keys_per_user_and_period():
+    """Exact oracle: for every (user, period), the min(C, n) pairs with the smallest keys, and nothing else."""
+    rng = np.random.default_rng(1)
+    cap = WindowCap(2, tuple(i // 4 for i in range(12)))  # 3 periods of 4 windows
+    users = np.repeat(np.arange(50), 12)
+    windows = np.tile(np.arange(12), 50)
+    present = rng.random(users.size) < 0.6
+    users, windows = users[present], windows[present]
+    keys = rng.integers(0, 2**63, users.size).astype(np.uint64)
+    keep = capped_windows(users, windows, cap, keys)
+    for (user, period), rows in itertools.groupby(sorted(range(users.size), key=lambda r: (users[r], windows[r] // 4)),
+                                                  key=lambda r: (users[r], windows[r] // 4)):
+        rows = list(rows)
+        expected = set(sorted(rows, key=lambda r: keys[r])[:2])
+        assert {r for r in rows if keep[r]} == expected, (user, period)
+
+
+def test_the_kept_windows_are_uniform():
+    """A user in 5 windows, C = 2, production CSPRNG keys: the 10 pairs of windows are equally likely
+    (chi-square, 20,000 draws; false-alarm rate 1e-3)."""
+    cap, rng = WindowCap(2, (0,) * 5), SecureRandom()
+    counts: dict[tuple[int, ...], int] = {}
+    users, windows = np.zeros(5, dtype=np.int64), np.arange(5)
+    for _ in range(20_000):
+        kept = tuple(np.flatnonzero(capped_windows(users, windows, cap, rng.words(5))))
+        counts[kept] = counts.get(kept, 0) + 1
+    assert len(counts) == 10 and all(len(pair) == 2 for pair in counts)
+    assert stats.chisquare(list(counts.values())).pvalue > 1e-3
+
+
+def _heavy_and_others(with_heavy: bool, records_per_window: int = 3):
+    """150 ordinary users over W days and partitions A, B, C; with_heavy adds a user with records in every window
+    and every partition (the one who tries to reach C + 1 windows)."""
+    base = random_events(2000, W, 150, ["A", "B", "C"], seed=9)
+    if not with_heavy:
+        return [base]
+    seconds = [START + d * DAY + 3600 * (1 + r) for d in range(W) for r in range(records_per_window) for _ in "ABC"]
+    partitions = [p for _ in range(W) for _ in range(records_per_window) for p in "ABC"]
+    return [base, events(["heavy"] * len(seconds), seconds, partitions)]
+
+
+def _vector(sums: dict) -> np.ndarray:
+    """Window x partition matrix of bounded sums (0 where absent)."""
+    return np.array([[float(sums.get(i, {}).get(p, 0)) for p in "ABC"] for i in range(W)])
+
+
+@pytest.mark.parametrize("shards", [1, 3])
+def test_one_user_moves_at_most_c_windows_and_the_whole_vector_within_its_sensitivity(shards):
+    """Neighbours differing in a user present in all W windows: with the cap (C = 2, L0 = 2, Linf = 2) the
+    bounded sums differ in at most 2 windows, by L1 <= C L0 Linf = 8 and L2 <= sqrt(C L0) Linf = 4. Without
+    the cap (the negative control) all 8 windows move: planning for C windows would then be wrong."""
+    bounds = _bounds(2, max_partitions=2, max_contributions=2)
+    cap = plan_job((HistogramSpec("h", partitions=("A", "B", "C")),), bounds, WINDOW, 1.0, 1e-6).window_cap
+    for seed in range(5):
+        with_user, without = (_vector(bounded_sums(_heavy_and_others(h), bounds, WINDOW, seed=seed, shards=shards,
+                                                   cap=cap)) for h in (True, False))
+        difference = with_user - without
+        assert np.count_nonzero(np.abs(difference).sum(axis=1)) == 2
+        assert np.abs(difference).sum() <= 8 and np.sqrt((difference ** 2).sum()) <= 4
+    uncapped = _vector(bounded_sums(_heavy_and_others(True), bounds, WINDOW, seed=0)) - \
+        _vector(bounded_sums(_heavy_and_others(False), bounds, WINDOW, seed=0))
+    assert np.count_nonzero(np.abs(uncapped).sum(axis=1)) == W
+
+
+def test_the_beam_transform_equals_the_dofns_and_refuses_streams():
+    bounds = _bounds(3, max_partitions=2, max_contributions=2)
+    cap = plan_job((HistogramSpec("h", partitions=("A", "B", "C")),), bounds, WINDOW, 1.0, 1e-6).window_cap
+    batches = _heavy_and_others(True)
+    directory = tempfile.mkdtemp(prefix="dpstream-cap-")
+
+    def store(actual):  # per (window, shard) partial sums, added up per window
+        totals: dict[str, dict[str, int]] = {}
+        for index, sums in actual:
+            for partition, value in sums.items():
+                window = totals.setdefault(str(index), {})
+                window[str(partition)] = window.get(str(partition), 0) + int(value)
+        with open(os.path.join(directory, "sums.json"), "w") as handle:
+            json.dump(totals, handle)
+
+    with TestPipeline() as pipeline:
+        sums = pipeline | beam.Create(batches) | BoundContributions(bounds, WINDOW, seed=4, shards=2, cap=cap)
+        assert_that(sums, store)
+    got = json.load(open(os.path.join(directory, "sums.json")))
+    expected = bounded_sums(batches, bounds, WINDOW, seed=4, shards=2, cap=cap)
+    assert got == {str(i): {str(k): int(v) for k, v in s.items() if v} for i, s in expected.items()}
+    with pytest.raises(ValueError, match="max_windows needs a bounded"):
+        with TestPipeline(options=PipelineOptions(streaming=True)) as pipeline:
+            stream = pipeline | TestStream().add_elements(batches).advance_watermark_to_infinity()
+            stream | BoundContributions(bounds, WINDOW, seed=4, cap=cap)
+
+
+def test_max_windows_is_a_positive_integer():
+    for bad in (0, True, 1.5):
+        with pytest.raises(SpecError, match="max_windows must be a positive integer"):
+            ContributionBounds(max_windows=bad)
+
+
+def test_audit_a_user_in_every_window_stays_within_the_planned_epsilon():
+    """A Laplace histogram of one partition over W = 8 windows, planned for C = 2 (epsilon 1): the target user
+    has a record in every window. Outputs: the noisy counts of all 8 windows from the capped bounded sums; the
+    statistic sums each window's clip(y - count(x), 0, 1), the likelihood ratio's shape. The audit's lower
+    bound (confidence 0.999) stays below 1; with the cap skipped (noise still planned for 2 windows) it is far
+    above 1."""
+    bounds = _bounds(2)
+    plan = plan_job((HistogramSpec("h", partitions=("A",), noise="laplace"),), bounds, WINDOW, 1.0, 1e-6)
+    scale = plan["h"].noise
+    base = [random_events(400, W, 60, ["A"], seed=3)]
+    target = events(["target"] * W, [START + d * DAY + 600 for d in range(W)], ["A"] * W)
+
+    def counts(batches, cap):
+        return np.array([float(s.get(i, {}).get("A", 0)) for s in [bounded_sums(batches, bounds, WINDOW, seed=1,
+                                                                                  cap=cap)] for i in range(W)])
+
+    rng = np.random.default_rng(12)
+    for cap, broken in ((plan.window_cap, False), (None, True)):
+        x, x_prime = counts(base, cap), counts(base + [target], cap)
+        assert np.count_nonzero(x_prime - x) == (W if broken else 2) and np.abs(x_prime - x).max() == 1
+
+        def sample(with_target: bool, n: int, x=x, x_prime=x_prime) -> np.ndarray:
+            noisy = (x_prime if with_target else x) + rng.laplace(0.0, scale, size=(n, W))
+            return np.clip(noisy - x, 0.0, 1.0).sum(axis=1)
+
+        result = audit(sample, False, True, n_search=100_000, n_estimate=200_000, delta=1e-6)
+        print("uncapped" if broken else "capped", result)
+        assert (result.epsilon_lower > 1.0) == broken, str(result)
+
+
+def test_validate_and_a_run_state_the_cap(tmp_path, capsys):
+    """Every user is in all 3 windows; with max_windows = 1 each user's records are kept in one window, so the
+    bounded counts of the three windows add up to the number of users; validate and the report say so."""
+    from dpstream.pipelines.cli import main as cli
+    from dpstream.pipelines.run import runner
+    from tests.pipelines.test_runner import JOB, _events
+
+    (tmp_path / "events.csv").write_text(_events(60))
+    job = tmp_path / "job.toml"
+    histogram_only = JOB[:JOB.index("[[release]]\nkind = \"topk\"")] + JOB[JOB.index("[output]"):]
+    job.write_text(histogram_only.replace("[privacy]\n", "[privacy]\nmax_windows = 1\n").replace("epsilon = 4.0",
+                                                                                                   "epsilon = 50"))
+    assert cli.main(["validate", str(job)]) == 0
+    out = capsys.readouterr().out
+    assert ("max_windows = 1: each privacy unit's records are kept in at most 1 of the 3 windows it can touch in the "
+            "range, chosen uniformly at random, so histograms, top-k and peaks compose 1 windows instead of 3") in out
+    assert "(1 windows composed per privacy unit)" in out
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    from dpstream.accounting.ledger import Ledger
+
+    with Ledger(url, create=True) as ledger:
+        ledger.init_scope("test", 50.0, 1e-5, "approx:release_delta=1e-6")
+    outcome = runner.run(jobfile.load(str(job)), str(tmp_path / "out"), url, log=lambda _: None)
+    rows = [json.loads(line) for line in open(outcome.files["daily"])]
+    # each of 60 users counted in exactly one window (180 without the cap), up to 4 sd of the 9 cells' noise
+    assert abs(sum(row["value"] for row in rows) - 60) <= 4 * 3 * rows[0]["noise_stddev"] < 10
+    assert outcome.report["privacy"]["bounds"]["max_windows"] == 1
+    assert "Across windows, max_windows = 1" in (tmp_path / "out" / "report.md").read_text()
