@@ -57,7 +57,7 @@ class PeriodGrid:
         if self.seconds is not None:
             object.__setattr__(self, "seconds", check_unit_period(self.seconds))
             object.__setattr__(self, "timezone", "UTC")
-        elif calendar_length(calendar_spelling(self.calendar)) != tuple(self.calendar):
+        elif calendar_length(calendar_spelling(self._length)) != self.calendar:
             raise LedgerError(f"a calendar period is a count of days, weeks, months or years, got {self.calendar!r}")
         try:
             check_timezone(self.timezone)
@@ -76,20 +76,27 @@ class PeriodGrid:
         if isinstance(length, str):
             raise LedgerError(f"unit period must be whole seconds or a calendar length such as \"1day\", "
                               f"\"1week\", \"1month\" or \"1year\", got {length!r}")
-        return cls(seconds=length)
+        return cls(seconds=check_unit_period(length))
+
+    @property
+    def _length(self) -> tuple[int, str]:
+        """(count, unit) of a calendar grid."""
+        if self.calendar is None:
+            raise LedgerError(f"{self!r} is a fixed grid, not a calendar one")
+        return self.calendar
 
     def index(self, instant: float) -> int:
         """The period holding `instant` (seconds since the epoch)."""
         if self.seconds is not None:
             return math.floor(Fraction(instant) / self.seconds)
-        count, unit = self.calendar
+        count, unit = self._length
         return unit_number(local_day(instant, self.timezone), unit) // count
 
     def start(self, index: int) -> float:
         """Where period `index` starts (seconds since the epoch)."""
         if self.seconds is not None:
             return index * self.seconds
-        count, unit = self.calendar
+        count, unit = self._length
         return local_midnight(unit_first_day(index * count, unit), self.timezone)
 
     def is_boundary(self, instant: float) -> bool:
@@ -101,20 +108,20 @@ class PeriodGrid:
         """e.g. "1d" or "1 day (America/New_York)"."""
         if self.seconds is not None:
             return duration_text(self.seconds)
-        return f"{calendar_text(self.calendar)} ({self.timezone})"
+        return f"{calendar_text(self._length)} ({self.timezone})"
 
     @property
     def options(self) -> str:
         """The `dpstream budget init` options that create this grid, e.g. "--unit-period 1day --timezone X"."""
         if self.seconds is not None:
             return f"--unit-period {duration_text(self.seconds)}"
-        return f"--unit-period {calendar_spelling(self.calendar)} --timezone {self.timezone}"
+        return f"--unit-period {calendar_spelling(self._length)} --timezone {self.timezone}"
 
     def to_dict(self) -> dict[str, Any]:
         """{"period_s": seconds} or {"period": "1day", "timezone": ...}, as stored in the ledger."""
         if self.seconds is not None:
             return {"period_s": self.seconds}
-        return {"period": calendar_spelling(self.calendar), "timezone": self.timezone}
+        return {"period": calendar_spelling(self._length), "timezone": self.timezone}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "PeriodGrid":

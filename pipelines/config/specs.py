@@ -422,7 +422,8 @@ class PeakSpec(_Release):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _require(calendar_length(self.period) is not None or (_number(self.period) and self.period > 0),
+        fixed = isinstance(self.period, (int, float)) and _number(self.period) and self.period > 0
+        _require(calendar_length(self.period) is not None or fixed,
                  f"{self.where}: period must be a positive number of seconds or a calendar length such as "
                  f"\"1month\", got {self.period!r}")
         _require(_number(self.maximum) and self.maximum > 0,

@@ -36,7 +36,8 @@ def peak_groups(window: WindowSpec, period: float | str) -> PeakPeriods:
         if window.calendar is not None:
             raise PlanningError(f"a peak period over calendar windows of {window.length_text} must be a calendar "
                                 f"length such as \"1month\" or \"1year\", got {period!r}")
-        ratio = period / window.step
+        seconds = float(period)
+        ratio = seconds / window.step
         per_period = round(ratio)
         if per_period < 1 or abs(ratio - per_period) > 1e-9 * ratio:
             raise PlanningError(f"peak period must be a positive multiple of the window step {window.step}, got "
@@ -44,7 +45,7 @@ def peak_groups(window: WindowSpec, period: float | str) -> PeakPeriods:
         total = window.count
         firsts = range(0, total, per_period)
         return (tuple(min(per_period, total - first) for first in firsts),
-                tuple((window.start + p * period, window.start + (p + 1) * period) for p in range(len(firsts))))
+                tuple((window.start + p * seconds, window.start + (p + 1) * seconds) for p in range(len(firsts))))
     grid = PeriodGrid(calendar=calendar, timezone=window.timezone)
     indices = [grid.index(window.bounds(i)[0]) for i in range(window.count)]
     distinct = [k for k, _ in itertools.groupby(indices)]
