@@ -62,8 +62,8 @@ SECTIONS = {
     "input": tuple(dict.fromkeys(FILE_INPUT_KEYS + PUBSUB_INPUT_KEYS)),
     "window": ("size", "period", "start", "end", "allowed_lateness", "max_count"),
     "privacy": (
-        "scope", "epsilon", "delta", "ledger", "max_partitions", "max_contributions", "max_windows", "min_value",
-        "max_value",
+        "scope", "epsilon", "delta", "ledger", "max_partitions", "max_contributions", "max_windows",
+        "max_partitions_total", "min_value", "max_value",
         "unit_period",
     ),
     "release": ("kind", "name", "weight", *dict.fromkeys(key for keys in RELEASE_KEYS.values() for key in keys)),
@@ -159,9 +159,9 @@ def parse(document: dict[str, Any], path: str) -> Job:
     beam = _beam(check, sections["beam"])
     if input_spec.format == PUBSUB and any(r.kind == "svt" for r in releases):
         check.fail("svt releases continue across scheduled batch runs and cannot be part of a streaming (pubsub) job")
-    if input_spec.format == PUBSUB and privacy.bounds.max_windows is not None:
-        check.fail("privacy.max_windows applies to batch inputs only: a streaming (pubsub) job would have to choose "
-                   "a user's windows before its later windows arrive")
+    if input_spec.format == PUBSUB and (privacy.bounds.max_windows or privacy.bounds.max_partitions_total):
+        check.fail("privacy.max_windows and privacy.max_partitions_total apply to batch inputs only: a streaming "
+                   "(pubsub) job would have to choose a user's windows before its later windows arrive")
     name = os.path.splitext(os.path.basename(path))[0]
     return Job(os.path.abspath(path), name, input_spec, window, privacy, releases, output, beam)
 
@@ -266,6 +266,7 @@ def _privacy(check: "_Checker", table: dict, timezone: str) -> PrivacySettings:
         min_value=check.number(table, "privacy", "min_value", default=1.0),
         max_value=check.number(table, "privacy", "max_value", default=1.0),
         max_windows=check.integer(table, "privacy", "max_windows", default=None),
+        max_partitions_total=check.integer(table, "privacy", "max_partitions_total", default=None),
     )
     return PrivacySettings(
         scope=check.text(table, "privacy", "scope"),

@@ -187,8 +187,10 @@ class ContributionBounds:
     min_value = max_value = 1 (q = 1, k = 1: the sums are the counts).
 
     Across windows: `max_windows` C (None: no cap) keeps each privacy unit's records in at most C windows of
-    the run's range, chosen uniformly at random (`transforms.bounding`), so a unit's records reach at most C of
-    the per-window mechanisms (docs/proofs/pipelines.transforms.bounding.max_windows.md).
+    the run's range, and `max_partitions_total` T (None: no cap) in at most T (window, partition) cells, both
+    chosen uniformly at random (`transforms.bounding`), so a unit's records reach at most min(C, T) of the
+    per-window mechanisms and move the whole release by L2 <= sqrt(min(C L0, T)) Linf
+    (docs/proofs/pipelines.transforms.bounding.max_windows.md).
     """
 
     max_partitions: int = 1
@@ -196,11 +198,13 @@ class ContributionBounds:
     min_value: float = 1.0
     max_value: float = 1.0
     max_windows: int | None = None
+    max_partitions_total: int | None = None
 
     def __post_init__(self) -> None:
-        _require(self.max_windows is None or (isinstance(self.max_windows, int)
-                                              and not isinstance(self.max_windows, bool) and self.max_windows >= 1),
-                 f"privacy.max_windows must be a positive integer, got {self.max_windows!r}")
+        for name in ("max_windows", "max_partitions_total"):
+            value = getattr(self, name)
+            _require(value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 1),
+                     f"privacy.{name} must be a positive integer, got {value!r}")
         for name in ("max_partitions", "max_contributions"):
             value = getattr(self, name)
             _require(isinstance(value, int) and not isinstance(value, bool) and value >= 1,

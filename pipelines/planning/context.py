@@ -33,9 +33,19 @@ class PlanningContext:
 
     @cached_property
     def windows(self) -> int:
-        """How many windows one privacy unit can touch: `windows.unit_runs`, at most `bounds.max_windows` (bounding
-        keeps a unit's records in that many). Each window-release composes this often."""
-        return min(unit_runs(self.window, self.unit_period), self.bounds.max_windows or self.window.count)
+        """How many windows one privacy unit can touch: `windows.unit_runs`, at most `bounds.max_windows` and
+        `bounds.max_partitions_total` (bounding keeps a unit's records in that many windows and cells). Each
+        window-release composes this often."""
+        count = self.window.count
+        return min(unit_runs(self.window, self.unit_period), self.bounds.max_windows or count,
+                   self.bounds.max_partitions_total or count)
+
+    @property
+    def total_cells(self) -> int | None:
+        """The (window, partition) cells one unit can change over the whole release when `max_partitions_total`
+        binds (fewer than `windows` x max_partitions), else None: then per-window composition is as tight."""
+        total, per_window = self.bounds.max_partitions_total, self.windows * self.bounds.max_partitions
+        return total if total is not None and total < per_window else None
 
     @property
     def total_weight(self) -> float:

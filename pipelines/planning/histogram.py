@@ -14,6 +14,7 @@ Proofs: docs/proofs/pipelines.planning.job.plan_job.md, and the mechanisms' note
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -187,8 +188,16 @@ class HistogramPlan:
             f"Histogram {self.name!r} over {len(self.listed)} public partitions, one release per window "
             f"({self.runs} windows composed per privacy unit): every listed partition appears, empty or not, with discrete {self.mechanism} noise "
             f"(noise parameter {self.noise:.6g}, standard deviation {self.noise_stddev:.6g}) calibrated to the "
-            f"{norm} sensitivity {self.sensitivity:.6g} of one user's bounded contributions (per window {self.event!r})."
+            f"{norm} sensitivity {self.sensitivity:.6g} of one user's bounded contributions ({self._event_scope} "
+            f"{self.event!r})."
         )
+
+    @property
+    def _event_scope(self) -> str:
+        """What the planned event covers: one window, or the whole release under max_partitions_total."""
+        if getattr(self.event, "sensitivity", self.sensitivity) == self.sensitivity:
+            return "per window"
+        return "the whole release at once, since max_partitions_total caps the cells a user changes:"
 
 
 def selection_delta(context: PlanningContext) -> float:
@@ -202,8 +211,7 @@ def draft(spec: HistogramSpec, context: PlanningContext) -> Draft[HistogramPlan]
     """The histogram's calibration entry (one per window a unit can touch) and how its plan is finished."""
     bounds, windows = context.bounds, context.windows
     if spec.partitions is not None:
-        sensitivity = bounds.l1 if spec.noise == Noise.LAPLACE else bounds.l2
-        entry = Release(spec.name, spec.noise.value, spec.weight, sensitivity, windows)
+        entry = Release(spec.name, spec.noise.value, spec.weight, *_known_sensitivity(spec, context))
         return Draft((entry,), (), lambda calibrated: _known(spec, context, calibrated[spec.name].event))
     if spec.selection == Selection.DISTINCT and not bounds.counting:
         raise PlanningError(f"release {spec.name!r}: selection \"distinct\" needs a counting job (min_value = "
@@ -215,6 +223,18 @@ def draft(spec: HistogramSpec, context: PlanningContext) -> Draft[HistogramPlan]
     return Draft((entry,), (), lambda calibrated: _unknown(spec, context, calibrated[spec.name].event, delta))
 
 
+def _known_sensitivity(spec: HistogramSpec, context: PlanningContext) -> tuple[float, int]:
+    """(sensitivity, runs) of public-partition noise: per window (L1 or L2 of one window) composed over the
+    windows a unit can touch; or, when `max_partitions_total` T binds, the whole release as one event of L1
+    T Linf or L2 sqrt(T) Linf (a unit changes at most T cells of it; Gaussian: exactly the composition of
+    T / max_partitions windows; Laplace: the pure-DP bound of the whole vector)."""
+    bounds, cells = context.bounds, context.total_cells
+    if cells is None:
+        return (bounds.l1 if spec.noise == Noise.LAPLACE else bounds.l2), context.windows
+    whole = dataclasses.replace(bounds, max_partitions=cells)
+    return (whole.l1 if spec.noise == Noise.LAPLACE else whole.l2), 1
+
+
 def _known(spec: HistogramSpec, context: PlanningContext, event: Event) -> HistogramPlan:
     bounds = context.bounds
     if isinstance(event, Laplace):
@@ -223,8 +243,13 @@ def _known(spec: HistogramSpec, context: PlanningContext, event: Event) -> Histo
         noise, norm = event.sigma, 2
     else:
         raise TypeError(f"histogram {spec.name!r} was calibrated to {event!r}, not Laplace or Gaussian noise")
-    noise, _ = grid_noise(noise, event.sensitivity, bounds.quantum, bounds.max_partitions, norm)
-    return HistogramPlan(spec, spec.noise.value, context.windows, noise, event.sensitivity, bounds.max_partitions,
+    # the cells the event's sensitivity covers: one window's, or the whole release's under max_partitions_total;
+    # rounding scales both the same way (`grid_noise`), so the per-window sensitivity the mechanism reports stays
+    # within the plan
+    changed = context.total_cells or bounds.max_partitions
+    noise, _ = grid_noise(noise, event.sensitivity, bounds.quantum, changed, norm)
+    per_window = bounds.l1 if norm == 1 else bounds.l2
+    return HistogramPlan(spec, spec.noise.value, context.windows, noise, per_window, bounds.max_partitions,
                          event, value_range=_value_range(spec, bounds))
 
 

@@ -95,21 +95,31 @@ class JobPlan:
 
     @cached_property
     def window_cap(self) -> WindowCap | None:
-        """The cross-window cap bounding applies (`[privacy] max_windows`), or None when there is none or it
-        cannot bind."""
-        return window_cap(self.window, self.unit_period, self.bounds.max_windows)
+        """The cross-window caps bounding applies (`[privacy] max_windows`, `max_partitions_total`), or None when
+        there are none or none can bind."""
+        return window_cap(self.window, self.unit_period, self.bounds)
 
     def window_cap_text(self) -> str | None:
-        """What `[privacy] max_windows` does to this plan, in words (None without it)."""
-        cap, touched = self.bounds.max_windows, unit_runs(self.window, self.unit_period)
-        if cap is None:
+        """What `[privacy] max_windows` and `max_partitions_total` do to this plan, in words (None without them)."""
+        bounds, touched = self.bounds, unit_runs(self.window, self.unit_period)
+        caps = [f"{name} = {value}" for name, value in (("max_windows", bounds.max_windows),
+                                                         ("max_partitions_total", bounds.max_partitions_total))
+                if value is not None]
+        if not caps:
             return None
         where = "in one unit period" if self.unit_period is not None else "in the range"
-        if self.window_cap is None:
-            return f"max_windows = {cap}: a privacy unit can touch only {touched} windows {where}, so the cap keeps all"
-        return (f"max_windows = {cap}: each privacy unit's records are kept in at most {cap} of the {touched} windows "
-                f"it can touch {where}, chosen uniformly at random, so histograms, top-k and peaks compose {cap} "
-                f"windows instead of {touched} (svt releases read every window: their filter is charged the same)")
+        cap = self.window_cap
+        if cap is None:
+            return (f"{', '.join(caps)}: a privacy unit can touch only {touched} windows and "
+                    f"{touched * bounds.max_partitions} (window, partition) cells {where}, so nothing is capped")
+        kept = [f"in at most {cap.max_windows} of the {touched} windows it can touch"] if cap.max_windows else []
+        kept += [f"in at most {cap.max_cells} (window, partition) cells"] if cap.max_cells else []
+        composed = min(touched, cap.max_windows or touched, cap.max_cells or touched)
+        return (f"{', '.join(caps)}: each privacy unit's records are kept {' and '.join(kept)} {where}, chosen "
+                f"uniformly at random, so histograms, top-k and peaks compose {composed} windows instead of {touched}"
+                + (f", and histograms over public partitions are calibrated to the {cap.max_cells} cells of the whole "
+                   f"release" if cap.max_cells else "")
+                + " (svt releases read every window: their filter is charged the same)")
 
     def monitors(self) -> tuple[SvtPlan, ...]:
         return tuple(r for r in self.releases if isinstance(r, SvtPlan))

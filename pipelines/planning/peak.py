@@ -103,8 +103,9 @@ def draft(spec: PeakSpec, context: PlanningContext) -> Draft[PeakPlan]:
                             f"of a window total, got {spec.maximum!r}: beyond that, calibrating report-noisy-max takes "
                             f"minutes and gigabytes (a known limitation)")
     periods = peak_groups(window, spec.period)
-    # a unit whose records reach at most max_windows windows reaches at most that many periods
-    runs = min(_peak_runs(window, context.unit_period, periods[0]), bounds.max_windows or window.count)
+    # a unit whose records reach at most context.windows windows (max_windows, max_partitions_total) reaches at
+    # most that many periods
+    runs = min(_peak_runs(window, context.unit_period, periods[0]), context.windows)
     if runs == 0:
         raise PlanningError(f"{where}: every period holds a single window; period must cover at least 2 windows")
     entry = Release(spec.name, "pure", spec.weight, 1.0, runs)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from dpstream.accounting.calendar import calendar_length
 from dpstream.accounting.ledger.periods import PeriodGrid
 from dpstream.accounting.text import instant_text
-from dpstream.pipelines.config.specs import WindowSpec
+from dpstream.pipelines.config.specs import ContributionBounds, WindowSpec
 from dpstream.pipelines.planning.errors import PlanningError
 
 
@@ -98,17 +98,25 @@ def unit_runs(window: WindowSpec, grid: PeriodGrid | None) -> int:
 
 @dataclass(frozen=True)
 class WindowCap:
-    """`[privacy] max_windows` in force: bounding keeps each privacy unit's records in at most `max_windows`
-    windows. The unit is a user within one unit period: `unit_of_window[i]` is the unit period of window i
-    (all 0 without a unit period), so the cap holds per user and period."""
+    """Caps across windows in force: bounding keeps each privacy unit's records in at most `max_windows` windows
+    (`[privacy] max_windows`; None: no such cap) and at most `max_cells` (window, partition) cells
+    (`[privacy] max_partitions_total`; None: no such cap). The unit is a user within one unit period:
+    `unit_of_window[i]` is the unit period of window i (all 0 without a unit period), so the caps hold per user
+    and period."""
 
-    max_windows: int
+    max_windows: int | None
+    max_cells: int | None
     unit_of_window: tuple[int, ...]
 
 
-def window_cap(window: WindowSpec, grid: PeriodGrid | None, max_windows: int | None) -> WindowCap | None:
-    """The cap bounding must apply, or None when there is none or it cannot bind (C >= the windows a unit can
-    touch, `unit_runs`)."""
-    if max_windows is None or max_windows >= unit_runs(window, grid):
+def window_cap(window: WindowSpec, grid: PeriodGrid | None, bounds: ContributionBounds) -> WindowCap | None:
+    """The caps bounding must apply, or None when there are none or none can bind: max_windows C binds below
+    the windows a unit can touch (`unit_runs`), max_partitions_total T below min(C, that) x max_partitions."""
+    touched = unit_runs(window, grid)
+    windows = None if bounds.max_windows is None or bounds.max_windows >= touched else bounds.max_windows
+    cells_possible = min(windows or touched, touched) * bounds.max_partitions
+    total = bounds.max_partitions_total
+    cells = None if total is None or total >= cells_possible else total
+    if windows is None and cells is None:
         return None
-    return WindowCap(max_windows, (0,) * window.count if grid is None else unit_periods(window, grid))
+    return WindowCap(windows, cells, (0,) * window.count if grid is None else unit_periods(window, grid))

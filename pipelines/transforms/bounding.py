@@ -21,7 +21,9 @@ clipped to [min_value, max_value] (DESIGN.md section 1). Steps:
 Across windows (`cap`, from `[privacy] max_windows` C; batch inputs only): the pieces of every window are
 grouped per user shard instead, and before step 3 each unit (user, or user and unit period) keeps its records
 in only the C of its windows with the smallest random keys (`capped_windows`), so a unit reaches at most C
-windows. Proof: docs/proofs/pipelines.transforms.bounding.max_windows.md.
+windows; with `cap.max_cells` T (`[privacy] max_partitions_total`), after step 3 each unit keeps its T
+(window, partition) cells with the largest |bounded sum|, ties at random. Each unit's choice depends only on its
+own records and independent keys. Proof: docs/proofs/pipelines.transforms.bounding.max_windows.md.
 
 Proof: docs/proofs/pipelines.transforms.bounding.BoundContributions.md.
 With `units`, step 3 also counts, per partition, the users it kept (each
@@ -185,9 +187,10 @@ class _PreAggregate(beam.DoFn):
             yield TimestampedValue(((index, shard), frame.iloc[begin:end]), window_timestamp(self._window, index))
 
 
-def _bound_window(frame: pd.DataFrame, index: int, bounds: ContributionBounds, keys: _Keys, partition_keys: _Keys,
-                  units: bool):
-    """All pieces of one window (one user shard's or more) -> per-partition bounded sums (steps 2 and 3)."""
+def _kept_cells(frame: pd.DataFrame, index: int, bounds: ContributionBounds, keys: _Keys,
+                partition_keys: _Keys) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """All pieces of one window (one user shard's or more) -> the kept cells (steps 2 and 3): (user, partition,
+    bounded sum in value units) per kept (user, partition)."""
     user_codes, users = pd.factorize(frame["user"].to_numpy())
     partition_codes, partitions = pd.factorize(frame["partition"].to_numpy())
     groups = user_codes.astype(np.int64) * len(partitions) + partition_codes
@@ -210,11 +213,14 @@ def _bound_window(frame: pd.DataFrame, index: int, bounds: ContributionBounds, k
     order, rank = _group_ranks(user_of, draws)
     chosen = order[rank < bounds.max_partitions]
     labels = np.asarray(partitions, dtype=object)[partition_of[chosen]]
+    return np.asarray(users, dtype=object)[user_of[chosen]], labels, sums[chosen]
+
+
+def _totals(labels: np.ndarray, sums: np.ndarray, units: bool):
+    """Kept cells -> per-partition sums (with `units`: and how many users they came from)."""
     if units:
-        totals = pd.DataFrame({"sum": sums[chosen], "units": np.ones(chosen.size, dtype=np.int64)}, index=labels)
-    else:
-        totals = pd.Series(sums[chosen], index=labels)
-    return group_sums(totals)
+        return group_sums(pd.DataFrame({"sum": sums, "units": np.ones(sums.size, dtype=np.int64)}, index=labels))
+    return group_sums(pd.Series(sums, index=labels))
 
 
 class _BoundWindow(beam.DoFn):
@@ -232,24 +238,40 @@ class _BoundWindow(beam.DoFn):
     def process(self, element):
         (index, _), pieces = element
         frame = pd.concat(list(pieces), ignore_index=True)
-        yield index, _bound_window(frame, index, self._bounds, self._keys, self._partition_keys, self._units)
+        _, labels, sums = _kept_cells(frame, index, self._bounds, self._keys, self._partition_keys)
+        yield index, _totals(labels, sums, self._units)
 
 
-def capped_windows(users: np.ndarray, windows: np.ndarray, cap: WindowCap, keys: np.ndarray) -> np.ndarray:
-    """Which (user code, window) pairs to keep: per user and unit period, the `cap.max_windows` pairs with the
-    smallest keys (a uniform sample of that many of the unit's windows when the keys are i.i.d. uniform).
-    Arrays are aligned, one entry per distinct pair; returns a boolean mask."""
-    periods = np.asarray(cap.unit_of_window, dtype=np.int64)[windows]
+def capped_windows(users: np.ndarray, windows: np.ndarray, limit: int | None, unit_of_window: tuple[int, ...],
+                   keys: np.ndarray) -> np.ndarray:
+    """Which items to keep: per user and unit period (`unit_of_window`: each window's), the `limit` items with
+    the smallest keys (a uniform sample of that many when the keys are i.i.d. uniform; None: all). An item is a
+    (user code, window) pair (max_windows) or a (user, window, partition) cell (max_partitions_total); arrays
+    are aligned, one entry per distinct item. Returns a boolean mask."""
+    if limit is None:
+        return np.ones(users.size, dtype=bool)
+    periods = np.asarray(unit_of_window, dtype=np.int64)[windows]
     _, unit = np.unique(np.stack([users, periods]), axis=1, return_inverse=True)
     order, rank = _group_ranks(unit.ravel(), keys)
     keep = np.zeros(users.size, dtype=bool)
-    keep[order[rank < cap.max_windows]] = True
+    keep[order[rank < limit]] = True
     return keep
+
+
+def heaviest_first(sums: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """Sort keys that put cells with larger |bounded sum| first, ties in the order of the random `keys`: with them
+    `capped_windows` keeps each unit's T heaviest cells (the most of its bounded mass that T cells can hold)."""
+    order = np.lexsort((keys, -np.abs(sums)))
+    ranks = np.empty(order.size, dtype=np.int64)
+    ranks[order] = np.arange(order.size)
+    return ranks
 
 
 class _BoundCapped(beam.DoFn):
     """All pieces of one user shard, every window -> (window index, bounded sums) per window, after keeping each
-    unit's records in at most cap.max_windows windows (step 0, `capped_windows`); timestamped for its window."""
+    unit's records in at most cap.max_windows windows (step 0, uniformly) and, after steps 2 and 3, in at most
+    cap.max_cells of its kept (window, partition) cells, the heaviest (step 4, `heaviest_first`); both by
+    `capped_windows`; timestamped for its window."""
 
     def __init__(self, bounds: ContributionBounds, window: WindowSpec, cap: WindowCap, seed, units: bool = False):
         self._bounds = bounds
@@ -262,20 +284,41 @@ class _BoundCapped(beam.DoFn):
         self._keys = _Keys(self._seed, "records")
         self._partition_keys = _Keys(self._seed, "partitions")
         self._window_keys = _Keys(self._seed, "windows")
+        self._cell_keys = _Keys(self._seed, "cells")
 
     def process(self, element):
         _, pieces = element
         frame = pd.concat([piece.assign(window=index) for index, piece in pieces], ignore_index=True)
+        kept = frame[self._kept_windows(frame)]
+        cells = [(int(index), *_kept_cells(rows, int(index), self._bounds, self._keys, self._partition_keys))
+                 for index, rows in kept.groupby("window", sort=True)]
+        if not cells:
+            return
+        windows = np.concatenate([np.full(users.size, index, dtype=np.int64) for index, users, _, _ in cells])
+        users, labels, sums = (np.concatenate([cell[i] for cell in cells]) for i in (1, 2, 3))
+        user_codes, names = pd.factorize(users)
+        keys = self._cell_keys.draw(users.size, lambda: (
+            self._cell_keys.strings(np.asarray(names))[user_codes], self._cell_keys.strings(labels), windows))
+        keep = capped_windows(user_codes.astype(np.int64), windows, self._cap.max_cells, self._cap.unit_of_window,
+                              heaviest_first(sums, keys))
+        windows, labels, sums = windows[keep], labels[keep], sums[keep]  # every unit keeps >= 1 of its cells
+        order = np.argsort(windows, kind="stable")
+        cuts = np.flatnonzero(np.r_[True, windows[order][1:] != windows[order][:-1], True])
+        for begin, end in zip(cuts[:-1], cuts[1:]):
+            rows, index = order[begin:end], int(windows[order[begin]])
+            yield TimestampedValue((index, _totals(labels[rows], sums[rows], self._units)),
+                                   window_timestamp(self._window, index))
+
+    def _kept_windows(self, frame: pd.DataFrame) -> np.ndarray:
+        """Rows of the windows each unit keeps (max_windows), as a boolean mask."""
         user_codes, users = pd.factorize(frame["user"].to_numpy())
         windows = frame["window"].to_numpy().astype(np.int64)
         pairs, row_pair = np.unique(user_codes.astype(np.int64) * self._window.count + windows, return_inverse=True)
         pair_users, pair_windows = np.divmod(pairs, self._window.count)
         keys = self._window_keys.draw(pairs.size, lambda: (
             self._window_keys.strings(np.asarray(users))[pair_users], pair_windows))
-        kept = frame[capped_windows(pair_users, pair_windows, self._cap, keys)[row_pair.ravel()]]
-        for index, rows in kept.groupby("window", sort=True):
-            sums = _bound_window(rows, int(index), self._bounds, self._keys, self._partition_keys, self._units)
-            yield TimestampedValue((int(index), sums), window_timestamp(self._window, int(index)))
+        keep = capped_windows(pair_users, pair_windows, self._cap.max_windows, self._cap.unit_of_window, keys)
+        return keep[row_pair.ravel()]
 
 
 class BoundContributions(beam.PTransform):

@@ -105,9 +105,13 @@ def test_bad_values_name_file_and_key(tmp_path, old, new, message):
 def test_max_windows_is_for_batch_inputs(tmp_path):
     streaming = BASE.replace('format = "csv"\npath = "events.csv"',
                              'format = "pubsub"\nsubscription = "projects/p/subscriptions/s"')
-    with pytest.raises(jobfile.JobFileError, match="privacy.max_windows applies to batch inputs only"):
+    with pytest.raises(jobfile.JobFileError, match="apply to batch inputs only"):
         _load(tmp_path, streaming.replace("[privacy]\n", "[privacy]\nmax_windows = 2\n"))
-    assert _load(tmp_path, BASE.replace("[privacy]\n", "[privacy]\nmax_windows = 2\n")).privacy.bounds.max_windows == 2
+    bounds = _load(tmp_path, BASE.replace("[privacy]\n", "[privacy]\nmax_windows = 2\nmax_partitions_total = 3\n")
+                   ).privacy.bounds
+    assert (bounds.max_windows, bounds.max_partitions_total) == (2, 3)
+    with pytest.raises(jobfile.JobFileError, match="apply to batch inputs only"):
+        _load(tmp_path, streaming.replace("[privacy]\n", "[privacy]\nmax_partitions_total = 3\n"))
 
 
 def test_selection_for_unknown_partitions(tmp_path):

@@ -54,12 +54,29 @@ def test_plans_compose_over_min_c_w_windows():
     assert plan_job(alone, _bounds(2), WINDOW, 1.0, 1e-6)["h"].noise == pytest.approx(
         plan_job(alone, _bounds(), WindowSpec(size=DAY, start=START, end=START + 2 * DAY), 1.0, 1e-6)["h"].noise,
         rel=1e-9)
-    assert capped.window_cap == WindowCap(2, (0,) * W)
+    assert capped.window_cap == WindowCap(2, None, (0,) * W)
     full = plan_job(releases, _bounds(W), WINDOW, 1.0, 1e-6)
     assert full.window_cap is None and full["h"].runs == W
     assert full["h"].noise == pytest.approx(plan_job(releases, _bounds(), WINDOW, 1.0, 1e-6)["h"].noise, rel=1e-12)
     svt = SvtSpec("s", metric="count", maximum=1000.0, threshold=0.5, sigma_threshold=0.05)
     assert plan_job((svt,), _bounds(2), WINDOW, 1.0, 1e-6)["s"] == plan_job((svt,), _bounds(), WINDOW, 1.0, 1e-6)["s"]
+
+
+def test_a_total_cell_cap_calibrates_the_whole_release():
+    """max_partitions_total T = 4 with L0 = 2 over 8 windows: the whole release moves by L2 <= sqrt(4) Linf, the
+    same as 2 windows of 2 cells, so the Gaussian noise equals the plan with max_windows = 2; Laplace uses
+    L1 = T Linf once. Top-k composes min(C, T) = 4 windows; T >= windows x L0 changes nothing."""
+    gaussian, laplace = (HistogramSpec("h", partitions=("A", "B")),), (HistogramSpec("h", partitions=("A", "B"),
+                                                                                     noise="laplace"),)
+    cells = _bounds(max_partitions=2, max_partitions_total=4)
+    assert plan_job(gaussian, cells, WINDOW, 1.0, 1e-6)["h"].noise == pytest.approx(
+        plan_job(gaussian, _bounds(2, max_partitions=2), WINDOW, 1.0, 1e-6)["h"].noise, rel=1e-9)
+    planned = plan_job(laplace, cells, WINDOW, 1.0, 1e-6)
+    assert planned["h"].event.sensitivity == 4 and planned["h"].sensitivity == 2 and planned["h"].runs == 4
+    assert planned.window_cap == WindowCap(None, 4, (0,) * W)
+    assert "the whole release at once" in planned["h"].describe()
+    assert plan_job((TopKSpec("t", k=1, partitions=("A", "B")),), cells, WINDOW, 1.0, 1e-6)["t"].runs == 4
+    assert plan_job(gaussian, _bounds(max_partitions=2, max_partitions_total=16), WINDOW, 1.0, 1e-6).window_cap is None
 
 
 def test_with_a_unit_period_the_cap_holds_per_period():
@@ -68,19 +85,20 @@ def test_with_a_unit_period_the_cap_holds_per_period():
     hourly = WindowSpec(size=3600, start=START, end=START + 3 * DAY)
     plan = plan_job((HistogramSpec("h", partitions=("A",)),), _bounds(3), hourly, 1.0, 1e-6, unit_period=DAY)
     assert plan["h"].runs == 3
-    assert plan.window_cap == WindowCap(3, tuple(i // 24 for i in range(72)))
+    assert plan.window_cap == WindowCap(3, None, tuple(i // 24 for i in range(72)))
 
 
 def test_capped_windows_keeps_the_smallest_keys_per_user_and_period():
     """Exact oracle: for every (user, period), the min(C, n) pairs with the smallest keys, and nothing else."""
     rng = np.random.default_rng(1)
-    cap = WindowCap(2, tuple(i // 4 for i in range(12)))  # 3 periods of 4 windows
+    periods = tuple(i // 4 for i in range(12))  # 3 periods of 4 windows
     users = np.repeat(np.arange(50), 12)
     windows = np.tile(np.arange(12), 50)
     present = rng.random(users.size) < 0.6
     users, windows = users[present], windows[present]
     keys = rng.integers(0, 2**63, users.size).astype(np.uint64)
-    keep = capped_windows(users, windows, cap, keys)
+    keep = capped_windows(users, windows, 2, periods, keys)
+    assert capped_windows(users, windows, None, periods, keys).all()
     for (user, period), rows in itertools.groupby(sorted(range(users.size), key=lambda r: (users[r], windows[r] // 4)),
                                                   key=lambda r: (users[r], windows[r] // 4)):
         rows = list(rows)
@@ -91,11 +109,11 @@ def test_capped_windows_keeps_the_smallest_keys_per_user_and_period():
 def test_the_kept_windows_are_uniform():
     """A user in 5 windows, C = 2, production CSPRNG keys: the 10 pairs of windows are equally likely
     (chi-square, 20,000 draws; false-alarm rate 1e-3)."""
-    cap, rng = WindowCap(2, (0,) * 5), SecureRandom()
+    rng = SecureRandom()
     counts: dict[tuple[int, ...], int] = {}
     users, windows = np.zeros(5, dtype=np.int64), np.arange(5)
     for _ in range(20_000):
-        kept = tuple(np.flatnonzero(capped_windows(users, windows, cap, rng.words(5))))
+        kept = tuple(np.flatnonzero(capped_windows(users, windows, 2, (0,) * 5, rng.words(5))))
         counts[kept] = counts.get(kept, 0) + 1
     assert len(counts) == 10 and all(len(pair) == 2 for pair in counts)
     assert stats.chisquare(list(counts.values())).pvalue > 1e-3
@@ -135,9 +153,27 @@ def test_one_user_moves_at_most_c_windows_and_the_whole_vector_within_its_sensit
     assert np.count_nonzero(np.abs(uncapped).sum(axis=1)) == W
 
 
-def test_the_beam_transform_equals_the_dofns_and_refuses_streams():
-    bounds = _bounds(3, max_partitions=2, max_contributions=2)
+@pytest.mark.parametrize("shards", [1, 3])
+def test_a_total_cell_cap_bounds_the_cells_one_user_moves(shards):
+    """T = 3 cells (L0 = 2 per window, Linf = 2): the heavy user's presence changes at most 3 (window,
+    partition) cells, by at most Linf each; without T (the negative control) it changes 16."""
+    bounds = _bounds(max_partitions=2, max_contributions=2, max_partitions_total=3)
     cap = plan_job((HistogramSpec("h", partitions=("A", "B", "C")),), bounds, WINDOW, 1.0, 1e-6).window_cap
+    for seed in range(5):
+        with_user, without = (_vector(bounded_sums(_heavy_and_others(h), bounds, WINDOW, seed=seed, shards=shards,
+                                                   cap=cap)) for h in (True, False))
+        difference = np.abs(with_user - without)
+        assert np.count_nonzero(difference) == 3 and difference.max() <= 2
+    uncapped = bounds.__class__(max_partitions=2, max_contributions=2)
+    moved = _vector(bounded_sums(_heavy_and_others(True), uncapped, WINDOW)) - \
+        _vector(bounded_sums(_heavy_and_others(False), uncapped, WINDOW))
+    assert np.count_nonzero(moved) == 16
+
+
+def test_the_beam_transform_equals_the_dofns_and_refuses_streams():
+    bounds = _bounds(3, max_partitions=2, max_contributions=2, max_partitions_total=5)
+    cap = plan_job((HistogramSpec("h", partitions=("A", "B", "C")),), bounds, WINDOW, 1.0, 1e-6).window_cap
+    assert cap == WindowCap(3, 5, (0,) * W)
     batches = _heavy_and_others(True)
     directory = tempfile.mkdtemp(prefix="dpstream-cap-")
 
@@ -166,15 +202,17 @@ def test_max_windows_is_a_positive_integer():
     for bad in (0, True, 1.5):
         with pytest.raises(SpecError, match="max_windows must be a positive integer"):
             ContributionBounds(max_windows=bad)
+        with pytest.raises(SpecError, match="max_partitions_total must be a positive integer"):
+            ContributionBounds(max_partitions_total=bad)
 
 
-def test_audit_a_user_in_every_window_stays_within_the_planned_epsilon():
+@pytest.mark.parametrize("bounds", [_bounds(2), _bounds(max_partitions_total=2)], ids=["max_windows", "total_cells"])
+def test_audit_a_user_in_every_window_stays_within_the_planned_epsilon(bounds):
     """A Laplace histogram of one partition over W = 8 windows, planned for C = 2 (epsilon 1): the target user
     has a record in every window. Outputs: the noisy counts of all 8 windows from the capped bounded sums; the
     statistic sums each window's clip(y - count(x), 0, 1), the likelihood ratio's shape. The audit's lower
     bound (confidence 0.999) stays below 1; with the cap skipped (noise still planned for 2 windows) it is far
-    above 1."""
-    bounds = _bounds(2)
+    above 1. The same with max_partitions_total = 2 (one partition per window: 2 cells)."""
     plan = plan_job((HistogramSpec("h", partitions=("A",), noise="laplace"),), bounds, WINDOW, 1.0, 1e-6)
     scale = plan["h"].noise
     base = [random_events(400, W, 60, ["A"], seed=3)]
@@ -226,3 +264,19 @@ def test_validate_and_a_run_state_the_cap(tmp_path, capsys):
     assert abs(sum(row["value"] for row in rows) - 60) <= 4 * 3 * rows[0]["noise_stddev"] < 10
     assert outcome.report["privacy"]["bounds"]["max_windows"] == 1
     assert "Across windows, max_windows = 1" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_a_total_cell_cap_keeps_each_units_heaviest_cells():
+    """Exact oracle: per user, the T cells with the largest |bounded sum|, ties broken by the random keys."""
+    from dpstream.pipelines.transforms.bounding import heaviest_first
+
+    rng = np.random.default_rng(4)
+    users = rng.integers(0, 30, 400)
+    windows = rng.integers(0, 6, 400)
+    sums = rng.integers(-3, 4, 400)
+    keys = rng.integers(0, 2**63, 400).astype(np.uint64)
+    keep = capped_windows(users, windows, 3, (0,) * 6, heaviest_first(sums, keys))
+    for user in range(30):
+        rows = np.flatnonzero(users == user)
+        expected = set(sorted(rows, key=lambda r: (-abs(sums[r]), keys[r]))[:3])
+        assert set(rows[keep[rows]]) == expected
