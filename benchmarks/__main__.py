@@ -5,7 +5,7 @@ import importlib
 import sys
 import time
 
-BENCHMARKS = ("accounting", "selection", "mechanisms", "pipelines", "svt_filters", "svt", "clamping")
+BENCHMARKS = ("accounting", "selection", "mechanisms", "pipelines", "svt_filters", "svt", "clamping", "windows_cap")
 
 
 def main() -> int:

@@ -14,7 +14,9 @@ max_contributions Linf, max_windows C) and PipelineDP (max_partitions_contribute
 max_contributions_per_partition Linf), including a pair with identical worst-case L2 sensitivity,
 sqrt(C L0) Linf = sqrt(M) Linf. PipelineDP's partitions are (window, partition) keys with every key public.
 
-Reported per row: RMSE against the true counts over every (window, partition) cell; RMSE against the bounded
+Reported per row: RMSE against the true counts over every (window, partition) cell, measured (one noise draw)
+and expected over the noise (sqrt(noise^2 + mean squared bounding error); PipelineDP's bounding error from a
+re-implementation of its uniform sampling of M cells per user, one draw); RMSE against the bounded
 counts (dpstream: measured, its bounded sums from the same seeded keys; PipelineDP: its noise, since its
 sampling is internal); the share of records kept (dpstream: measured; PipelineDP: the exact expectation of
 its uniform sampling of M cells per user); the noise standard deviation. dpstream runs in test mode (seeded
@@ -160,6 +162,23 @@ def _rmse(released: dict, truth, domain) -> float:
     return float(np.sqrt(np.mean(np.square(errors))))
 
 
+def pipelinedp_bounded(cells: pd.Series, max_partitions: int, linf: int) -> dict:
+    """One draw of PipelineDP's bounding, re-implemented: per user, M of its (window, partition) cells uniformly
+    (all when it has at most M), each min(n, Linf); summed per cell."""
+    rng = np.random.default_rng(SEED)
+    frame = cells.clip(upper=linf).rename("n").reset_index()
+    frame["key"] = rng.random(len(frame))
+    frame["rank"] = frame.groupby("user")["key"].rank(method="first")
+    kept = frame[frame["rank"] <= max_partitions]
+    return {(int(w), p): int(n) for (w, p), n in kept.groupby(["window", "partition"])["n"].sum().items()}
+
+
+def expected_rmse(noise: float, bounded: dict, truth: dict, domain) -> float:
+    """sqrt(noise^2 + mean squared bounding error): the RMSE against the truth expected over the noise, given the
+    kept records (the noise has mean 0 and is independent of them)."""
+    return math.sqrt(noise ** 2 + _rmse({cell: float(v) for cell, v in bounded.items()}, truth, domain) ** 2)
+
+
 def pipelinedp_expected_kept(cells: pd.Series, max_partitions: int, linf: int) -> float:
     """E[records kept]: per user, M of its cells uniformly (all when it has at most M), each min(n, Linf)."""
     clipped = cells.clip(upper=linf).groupby(level=0)
@@ -182,6 +201,7 @@ def scenario(name: str, data: dict, directory: str, quick: bool) -> dict:
                 "max_partitions_total": bounds.max_partitions_total, "clamp": clamp, "l2_sensitivity": run["l2"],
                 "windows_composed": run["composed"], "noise_stddev": run["noise"],
                 "rmse_vs_true": _rmse(run["noisy"], raw, domain),
+                "expected_rmse_vs_true": None if clamp else expected_rmse(run["noise"], run["bounded"], raw, domain),
                 "rmse_vs_bounded": _rmse(run["noisy"], run["bounded"], domain),
                 "kept_share": sum(run["bounded"].values()) / data["events"], "seconds": run["seconds"]}
 
@@ -191,6 +211,8 @@ def scenario(name: str, data: dict, directory: str, quick: bool) -> dict:
         rows.append({"tool": "pipelinedp", "config": label, "max_partitions_contributed": cells,
                      "max_contributions": linf, "l2_sensitivity": math.sqrt(cells) * linf,
                      "noise_stddev": run["noise"], "rmse_vs_true": _rmse(run["noisy"], raw, domain),
+                     "expected_rmse_vs_true": expected_rmse(run["noise"], pipelinedp_bounded(data["cells"], cells, linf),
+                                                            raw, domain),
                      "rmse_vs_bounded": run["noise"],
                      "kept_share": pipelinedp_expected_kept(data["cells"], cells, linf) / data["events"],
                      "seconds": run["seconds"]})
@@ -227,8 +249,10 @@ def main(argv=None) -> int:
         print(f"{name}: best RMSE vs true: dpstream {best['dpstream']['rmse_vs_true']:.3f} ({best['dpstream']['config']}), "
               f"PipelineDP {best['pipelinedp']['rmse_vs_true']:.3f} ({best['pipelinedp']['config']})")
         for row in result["rows"]:
+            expected = row["expected_rmse_vs_true"]
             print(f"  {row['tool']:10s} {row['config']:42s} L2={row['l2_sensitivity']:7.2f} "
                   f"noise={row['noise_stddev']:8.3f} rmse_true={row['rmse_vs_true']:8.3f} "
+                  f"expected={'-' if expected is None else f'{expected:8.3f}':>8s} "
                   f"rmse_bounded={row['rmse_vs_bounded']:8.3f} kept={row['kept_share']:.3f}")
     return 0
 

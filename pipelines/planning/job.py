@@ -112,11 +112,12 @@ class JobPlan:
         if cap is None:
             return (f"{', '.join(caps)}: a privacy unit can touch only {touched} windows and "
                     f"{touched * bounds.max_partitions} (window, partition) cells {where}, so nothing is capped")
-        kept = [f"in at most {cap.max_windows} of the {touched} windows it can touch"] if cap.max_windows else []
-        kept += [f"in at most {cap.max_cells} (window, partition) cells"] if cap.max_cells else []
+        kept = ([f"in at most {cap.max_windows} of the {touched} windows it can touch (chosen uniformly at random)"]
+                if cap.max_windows else [])
+        kept += [f"in at most {cap.max_cells} (window, partition) cells (its heaviest)"] if cap.max_cells else []
         composed = min(touched, cap.max_windows or touched, cap.max_cells or touched)
-        return (f"{', '.join(caps)}: each privacy unit's records are kept {' and '.join(kept)} {where}, chosen "
-                f"uniformly at random, so histograms, top-k and peaks compose {composed} windows instead of {touched}"
+        return (f"{', '.join(caps)}: each privacy unit's records are kept {' and '.join(kept)} {where}, so "
+                f"histograms, top-k and peaks compose {composed} windows instead of {touched}"
                 + (f", and histograms over public partitions are calibrated to the {cap.max_cells} cells of the whole "
                    f"release" if cap.max_cells else "")
                 + " (svt releases read every window: their filter is charged the same)")

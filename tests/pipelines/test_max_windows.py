@@ -250,8 +250,8 @@ def test_validate_and_a_run_state_the_cap(tmp_path, capsys):
                                                                                                    "epsilon = 50"))
     assert cli.main(["validate", str(job)]) == 0
     out = capsys.readouterr().out
-    assert ("max_windows = 1: each privacy unit's records are kept in at most 1 of the 3 windows it can touch in the "
-            "range, chosen uniformly at random, so histograms, top-k and peaks compose 1 windows instead of 3") in out
+    assert ("max_windows = 1: each privacy unit's records are kept in at most 1 of the 3 windows it can touch (chosen "
+            "uniformly at random) in the range, so histograms, top-k and peaks compose 1 windows instead of 3") in out
     assert "(1 windows composed per privacy unit)" in out
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
     from dpstream.accounting.ledger import Ledger
