@@ -51,7 +51,7 @@ from dpstream.pipelines.run import streaming as streaming_io
 from dpstream.pipelines.run.budget import Admission, Budget, Debit
 from dpstream.pipelines.run.errors import EXIT_ERROR, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_REFUSED, RunError
 from dpstream.pipelines.run.lease import LeaseKeeper
-from dpstream.pipelines.run.preflight import check_memory, check_runner
+from dpstream.pipelines.run.preflight import check_event_time, check_memory, check_runner
 from dpstream.pipelines.run.publication import Publication
 
 _COMMIT_ATTEMPTS = 5
@@ -144,6 +144,8 @@ def run(
     options = beam_options(job, beam_args)
     check_runner(options)
     check_memory(plan_size(job_plan), options, job.beam.max_memory_gb)
+    if streaming:
+        check_event_time(job.window, options, time.time())
     timings["plan_s"] = time.perf_counter() - started
     job_budget = budget(job, ledger_url, state_dir=None if is_local(output_dir) else output_dir,
                         lease_seconds=lease_seconds)

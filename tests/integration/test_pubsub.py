@@ -211,3 +211,18 @@ def test_max_seconds_stops_a_run_and_reports_the_pending_windows(emulator, tmp_p
     assert outcome.report["streaming"] == {"complete": False, "windows_pending": {"counts": 2, "top": 2}}
     with Ledger(ledger) as book:
         assert len(book.history("stream")) == 1  # published partially and debited for its whole plan
+
+
+def test_a_backfill_from_pubsub_on_the_direct_runner_is_refused_before_the_debit(tmp_path):
+    """The DirectRunner's Pub/Sub watermark follows the wall clock: a range that ended an hour ago would be
+    released from noise alone, so the run is refused (exit 2) before the ledger is asked."""
+    ledger = _ledger(tmp_path)
+    start = float(int(time.time()) - 3600 - 2 * WINDOW_S)
+    (tmp_path / "past.toml").write_text(_job_text(
+        start, 'format = "pubsub"\nsubscription = "projects/p/subscriptions/s"\ntimestamp_attribute = "ts"', "past"))
+    with pytest.raises(runner.RunError, match=r"in the past: on the DirectRunner a Pub/Sub read's watermark follows "
+                                              r"the wall clock.*nothing was debited") as caught:
+        runner.run(jobfile.load(str(tmp_path / "past.toml")), ledger_url=ledger, log=lambda _: None)
+    assert caught.value.exit_code == 2 and "\n" not in str(caught.value)
+    with Ledger(ledger) as book:
+        assert book.history("stream") == []
