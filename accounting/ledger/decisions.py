@@ -116,18 +116,22 @@ def _decide_plain(tables: Tables, row: sa.Row, event: Event, label: str) -> Deci
     return Decision(False, refusal, write)
 
 
+def period_rows(tables: Tables, conn: sa.Connection, scope: str, periods: Periods, lock: bool) -> dict[int, sa.Row]:
+    """The stored rows of the touched periods that have one, by period (`lock`: FOR UPDATE, in period order)."""
+    query = (sa.select(tables.periods)
+             .where((tables.periods.c.scope == scope)
+                    & (tables.periods.c.period >= periods.first) & (tables.periods.c.period <= periods.last))
+             .order_by(tables.periods.c.period))
+    return {r.period: r for r in conn.execute(query.with_for_update() if lock else query)}
+
+
 def _decide_periods(tables: Tables, conn: sa.Connection, row: sa.Row, event: Event, label: str,
                     periods: Periods) -> Decision:
     """A period scope: every touched period's filter (a fresh one from the template when the period has no row
     yet) must admit; periods in the same state share one decision (filters are deterministic in state and
     event). Period rows are locked in period order."""
     scope, (_, template) = row.name, scope_config(row)
-    stored = {r.period: r for r in conn.execute(
-        sa.select(tables.periods)
-        .where((tables.periods.c.scope == scope)
-               & (tables.periods.c.period >= periods.first) & (tables.periods.c.period <= periods.last))
-        .order_by(tables.periods.c.period)
-        .with_for_update())}
+    stored = period_rows(tables, conn, scope, periods, lock=True)
     fresh = json.dumps(template)
     decisions: dict[str, tuple[bool, bool, EventFilter]] = {}  # state -> (admitted, was halted, filter after)
     for period in periods.indices():

@@ -20,7 +20,7 @@ from sqlalchemy.engine import make_url
 
 from dpstream.accounting.events import Event
 from dpstream.accounting.filters import SCOPE_FILTERS, EventFilter, PrivacyFilter, default_scope_filter, scope_filter
-from dpstream.accounting.ledger.decisions import check_periods, decide, inserted_id, now_text
+from dpstream.accounting.ledger.decisions import check_periods, decide, inserted_id, now_text, period_rows
 from dpstream.accounting.ledger.errors import LedgerConflict, LedgerError, UnknownScopeError
 from dpstream.accounting.ledger.periods import PeriodGrid, Periods, period_runs
 from dpstream.accounting.ledger.records import (
@@ -596,10 +596,7 @@ class Ledger:
             _, config = scope_config(row)
             if periods is None:
                 return [EventFilter.from_dict(config)]
-            stored = [r.filter_state for r in conn.execute(
-                sa.select(self.periods.c.filter_state)
-                .where((self.periods.c.scope == scope)
-                       & (self.periods.c.period >= periods.first) & (self.periods.c.period <= periods.last)))]
+            stored = [r.filter_state for r in period_rows(self.tables, conn, scope, periods, lock=False).values()]
         states = set(stored) | ({json.dumps(config)} if len(stored) < periods.count else set())
         return [EventFilter.from_dict(json.loads(state)) for state in sorted(states)]
 
