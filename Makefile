@@ -41,7 +41,7 @@ lint: dev-install
 	cd $(TYPECHECK) && ../../$(VENV)/bin/mypy --config-file ../../pyproject.toml -p dpstream
 
 test: lint
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=25 tests
 
 audit: dev-install
 	DPSTREAM_AUDIT=long $(PY) -m pytest -q -s tests/falsification/test_run_audit.py

@@ -50,7 +50,14 @@ Part 3, scaling: synthetic events (100k users, 100 partitions, 30 daily
 windows) generated inside the pipeline, one Gaussian histogram, DirectRunner
 in multi-processing mode with 2 workers; seconds per million events.
 
-Usage: .venv/bin/python -m benchmarks.pipelines [--quick] [--parts speed,accuracy,scaling]
+Part 4, scale (issue 19): 10^6 and 10^7 synthetic events in Parquet (200,000 users, 100 partitions, 365 daily
+windows, row groups of 2^20 rows), one Gaussian histogram with max_partitions 2 and max_contributions 2, read
+by ReadFromParquetBatched, against a plain batched count (per-batch pandas groupby of (day, partition), then
+CombinePerKey) and PipelineDP (10^6 only: it takes minutes beyond). Each run in a fresh process, in-process
+and with --direct_running_mode=multi_processing --direct_num_workers=2; seconds, ratios to the plain count,
+per-event growth from 10^6 to 10^7, and each process's peak RSS.
+
+Usage: .venv/bin/python -m benchmarks.pipelines [--quick] [--parts speed,accuracy,scaling,scale]
        [--output benchmarks/results/pipelines.json]
 """
 from __future__ import annotations
@@ -411,10 +418,124 @@ def _scaling_part(args, data, directory) -> dict:
             "per_million_ratio_largest_to_smallest": scaling[-1]["seconds_per_million"] / scaling[0]["seconds_per_million"]}
 
 
+SCALE_USERS, SCALE_PARTITIONS, SCALE_DAYS, SCALE_ROW_GROUP = 200_000, 100, 365, 1 << 20
+SCALE_BOUNDS = ContributionBounds(max_partitions=2, max_contributions=2)
+
+
+def scale_table(size: int, directory: str) -> str:
+    """`size` synthetic events as EVENT_SCHEMA Parquet plus a `day` column, in row groups of 2^20 rows: 200,000
+    users, 100 partitions, uniform over 365 days of 2013."""
+    path = os.path.join(directory, f"scale-{size}.parquet")
+    user_names = pa.array([f"user{i:06d}" for i in range(SCALE_USERS)], pa.string())
+    partition_names = pa.array([f"p{i:03d}" for i in range(SCALE_PARTITIONS)], pa.string())
+    schema = EVENT_SCHEMA.append(pa.field("day", pa.int64()))
+    with pq.ParquetWriter(path, schema) as writer:
+        for index, first in enumerate(range(0, size, SCALE_ROW_GROUP)):
+            rows = min(SCALE_ROW_GROUP, size - first)
+            rng = np.random.default_rng(index)
+            seconds = rng.uniform(0, SCALE_DAYS * DAY, rows)
+            writer.write_table(pa.table({
+                "user": user_names.take(pa.array(rng.integers(0, SCALE_USERS, rows))),
+                "timestamp": pa.array(((YEAR_START + seconds) * MICROS).astype(np.int64)),
+                "partition": partition_names.take(pa.array(rng.integers(0, SCALE_PARTITIONS, rows))),
+                "value": pa.array(np.ones(rows)),
+                "day": pa.array((seconds // DAY).astype(np.int64))}, schema=schema))
+    return path
+
+
+def _pandas_counts(batch: pa.RecordBatch):
+    """Per batch, (day, partition) -> count, pre-aggregated in pandas."""
+    frame = batch.to_pandas()
+    for (day, partition), count in frame.groupby(["day", "partition"]).size().items():
+        yield (int(day), partition), int(count)
+
+
+def scale_run(tool: str, path: str, mode: str) -> dict:
+    """One timed run of `tool` on `path` in a fresh process: seconds and the process's peak RSS (MiB)."""
+    import multiprocessing
+    import resource
+
+    def child(queue):
+        options = (PipelineOptions(direct_running_mode="multi_processing", direct_num_workers=2)
+                   if mode == "multi_processing" else PipelineOptions())
+        window = WindowSpec(size=DAY, start=YEAR_START, end=YEAR_START + SCALE_DAYS * DAY)
+        release = HistogramSpec("counts", partitions=tuple(f"p{i:03d}" for i in range(SCALE_PARTITIONS)))
+        with tempfile.TemporaryDirectory(prefix="dpstream-scale-") as directory:
+            if tool == "dpstream":
+                plan = plan_job((release,), SCALE_BOUNDS, window, 1.0, DELTA)
+
+                def build(pipeline):
+                    batches = (pipeline | "Read" >> beam.io.ReadFromParquetBatched(path, columns=EVENT_SCHEMA.names)
+                               | "Batches" >> beam.FlatMap(_to_batches))
+                    rows = release_graph(batches, (release,), plan, SCALE_BOUNDS, window, None,
+                                         shards=2 if mode == "multi_processing" else 1)[0]["counts"]
+                    return rows | "Count rows" >> beam.combiners.Count.Globally().without_defaults()
+            elif tool == "plain_batched":
+                def build(pipeline):
+                    return (pipeline | "Read" >> beam.io.ReadFromParquetBatched(path, columns=["day", "partition"])
+                            | "Pre-aggregate" >> beam.FlatMap(_pandas_counts)
+                            | "Count" >> beam.CombinePerKey(sum)
+                            | "Cells" >> beam.combiners.Count.Globally().without_defaults())
+            else:
+                import pipeline_dp
+
+                public = [(d, f"p{i:03d}") for d in range(SCALE_DAYS) for i in range(SCALE_PARTITIONS)]
+
+                def build(pipeline):
+                    accountant = pipeline_dp.PLDBudgetAccountant(total_epsilon=1.0, total_delta=DELTA)
+                    engine = pipeline_dp.DPEngine(accountant, pipeline_dp.BeamBackend())
+                    rows = pipeline | "Read" >> beam.io.ReadFromParquet(path, columns=["user", "day", "partition"])
+                    extractors = pipeline_dp.DataExtractors(
+                        privacy_id_extractor=lambda r: r["user"], partition_extractor=lambda r: (r["day"], r["partition"]),
+                        value_extractor=lambda r: 0)
+                    params = pipeline_dp.AggregateParams(
+                        noise_kind=pipeline_dp.NoiseKind.GAUSSIAN, metrics=[pipeline_dp.Metrics.COUNT],
+                        max_partitions_contributed=SCALE_BOUNDS.max_partitions * SCALE_DAYS,
+                        max_contributions_per_partition=SCALE_BOUNDS.max_contributions)
+                    counts = engine.aggregate(rows, params, extractors, public_partitions=public)
+                    accountant.compute_budgets()
+                    return counts | "Cells" >> beam.combiners.Count.Globally().without_defaults()
+            seconds, rows = _run(build, directory, options)
+        queue.put({"seconds": seconds, "cells": rows[0] if rows else 0,
+                   "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
+
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    process = context.Process(target=child, args=(queue,))
+    process.start()
+    result = queue.get()
+    process.join()
+    if result["cells"] != SCALE_DAYS * SCALE_PARTITIONS:
+        raise RuntimeError(f"{tool} at {path}: expected {SCALE_DAYS * SCALE_PARTITIONS} cells, got {result['cells']}")
+    return result
+
+
+def scale_benchmark(sizes, directory: str, pipelinedp_largest: int) -> dict:
+    """dpstream, the plain batched count and PipelineDP on the Parquet setup (module docstring, part 4)."""
+    runs = []
+    for size in sizes:
+        path = scale_table(size, directory)
+        for mode in ("in_process", "multi_processing"):
+            for tool in ("dpstream", "plain_batched", "pipelinedp"):
+                if tool == "pipelinedp" and size > pipelinedp_largest:
+                    continue
+                print(f"benchmarks.pipelines: scale {tool} {size:.0e} {mode}", file=sys.stderr, flush=True)
+                runs.append({"tool": tool, "events": size, "mode": mode, **scale_run(tool, path, mode)})
+    seconds = {(r["tool"], r["events"], r["mode"]): r["seconds"] for r in runs}
+    ratios = {f"{tool}/plain_batched {size:.0e} {mode}": seconds[(tool, size, mode)] / seconds[("plain_batched", size, mode)]
+              for tool, size, mode in seconds if tool != "plain_batched"}
+    growth = {f"{tool} {mode}": (seconds[(tool, sizes[-1], mode)] / sizes[-1]) / (seconds[(tool, sizes[0], mode)] / sizes[0])
+              for tool, size, mode in seconds if size == sizes[0] and (tool, sizes[-1], mode) in seconds}
+    return {"runs": runs, "time_ratio": ratios, "per_event_growth_smallest_to_largest": growth}
+
+
 PARTS = {  # name -> (JSON key, runner)
     "speed": ("speed_demo_histogram", lambda args, data, directory: speed_benchmark(data, 1 if args.quick else 3, directory)),
     "accuracy": ("accuracy_release_set", lambda args, data, directory: accuracy_benchmark(data, directory)),
     "scaling": ("scaling", _scaling_part),
+    "scale": ("scale_parquet", lambda args, data, directory: scale_benchmark(
+        [100_000, 1_000_000] if args.quick else [1_000_000, 10_000_000], directory,
+        pipelinedp_largest=100_000 if args.quick else 1_000_000)),
 }
 
 

@@ -29,7 +29,7 @@ LONG = os.environ.get("DPSTREAM_AUDIT") == "long"
 SEARCH, ESTIMATE = (6000, 20000) if LONG else (600, 2000)
 ALPHA = 1e-3
 SVT_WINDOWS = 6
-TRIALS = {} if LONG else {"correct": (400, 1200), "bounding skipped": (200, 600)}
+TRIALS = {} if LONG else {"correct": (200, 600), "bounding skipped": (200, 600)}
 """Trials per side (search, estimate) where the CI form takes fewer: an honest run's false-alarm rate is ALPHA at any
 number of trials (fewer only lower its power), and bounding skipped is flagged by a wide margin; noise halved keeps
 SEARCH and ESTIMATE, which it needs to be flagged."""
