@@ -180,7 +180,9 @@ class _PreAggregate(beam.DoFn):
         order = np.argsort(piece, kind="stable")
         piece = piece[order]
         cuts = np.flatnonzero(np.r_[True, piece[1:] != piece[:-1], True])
-        frame = pd.DataFrame({"user": users[user_of[order]], "partition": partitions[partition_of[order]],
+        # object columns as they are: inferring pandas' Arrow string dtype costs more than the rest of the batch
+        frame = pd.DataFrame({"user": pd.Series(users[user_of[order]], dtype=object, copy=False),
+                              "partition": pd.Series(partitions[partition_of[order]], dtype=object, copy=False),
                               **{name: column[order] for name, column in columns.items()}})
         for begin, end in zip(cuts[:-1], cuts[1:]):
             index, shard = divmod(int(piece[begin]), self._shards)
