@@ -29,7 +29,7 @@ def test_validate_prints_the_plan_and_touches_nothing(job_file, capsys):
     assert cli.main(["validate", str(job_file)]) == 0
     out = capsys.readouterr().out
     assert "valid; 3 windows, " in out and "scope 'test'" in out and "Top-1 'top'" in out
-    assert "output rows (about 0.4 GB on the DirectRunner)" in out
+    assert "output rows (about 0.5 GB on the DirectRunner)" in out
     assert not (job_file.parent / "dpstream-output").exists()
 
 

@@ -80,7 +80,7 @@ def test_rows_are_what_a_run_writes(tmp_path):
     assert {name: written[name] for name in written if name != "selected"} == {
         name: rows for name, rows in size.rows.items() if name != "selected"}
     assert size.known_rows == 21 + 14 + 4 + 7
-    assert size.describe().startswith("46 output rows (about 0.4 GB on the DirectRunner), plus the privately "
+    assert size.describe().startswith("46 output rows (about 0.5 GB on the DirectRunner), plus the privately "
                                       "selected partitions of selected")
 
 
