@@ -83,8 +83,10 @@ def unit_first_day(number: int, unit: str) -> date:
 
 
 def local_midnight(day: date, timezone: str) -> float:
-    """Seconds since the epoch of the first instant of `day` in `timezone` (where midnight falls in a
-    daylight-saving gap, the instant the clocks jump)."""
+    """Seconds since the epoch of local midnight of `day` in `timezone`, the first one where midnight happens
+    twice (fold 0). Where midnight falls in a daylight-saving gap (Toronto, 1919-03-31: 23:30 -> 00:30), it is
+    midnight read with the offset before the change, half an hour after the jump there; calendar periods and
+    windows use these instants as their boundaries, whatever the local date says between them."""
     return datetime.combine(day, time(), tzinfo=ZoneInfo(timezone)).timestamp()
 
 

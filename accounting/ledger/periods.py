@@ -86,11 +86,21 @@ class PeriodGrid:
         return self.calendar
 
     def index(self, instant: float) -> int:
-        """The period holding `instant` (seconds since the epoch)."""
+        """The period holding `instant` (seconds since the epoch): the k with start(k) <= instant < start(k+1).
+
+        Calendar grids start from the local date's period and step to the one `start` brackets: local dates are
+        not monotone in time where clocks fall back across midnight (St John's, 1987-2010), and a midnight in a
+        daylight-saving gap starts its day where `local_midnight` puts it, so periods are exactly the intervals
+        between consecutive starts (an empty one for a day a zone skipped, e.g. Apia on 2011-12-30)."""
         if self.seconds is not None:
             return math.floor(Fraction(instant) / self.seconds)
         count, unit = self._length
-        return unit_number(local_day(instant, self.timezone), unit) // count
+        index = unit_number(local_day(instant, self.timezone), unit) // count
+        while self.start(index) > instant:
+            index -= 1
+        while self.start(index + 1) <= instant:
+            index += 1
+        return index
 
     def start(self, index: int) -> float:
         """Where period `index` starts (seconds since the epoch)."""

@@ -98,7 +98,8 @@ def calendar_edges(length: tuple[int, str], start: float, end: float, timezone: 
         if len(edges) > limit:
             raise ValueError(f"the window range holds more than window.max_count = {limit} windows")
         day = advance(day, count, unit)
-        edges.append(local_midnight(day, timezone))
+        if (edge := local_midnight(day, timezone)) > edges[-1]:  # a day the zone skipped holds no window
+            edges.append(edge)
     if edges[-1] != end:
         nearest = " or ".join(datetime.fromtimestamp(e, zone).isoformat() for e in edges[-2:] if e > start)
         raise ValueError(f"window.end {datetime.fromtimestamp(end, zone).isoformat()} is not a window boundary of "

@@ -4,6 +4,7 @@ a local-day period scope whose runs each debit only their own day."""
 from __future__ import annotations
 
 import json
+import math
 from datetime import date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
@@ -15,7 +16,7 @@ from dpstream.pipelines.cli import main as cli
 from dpstream.pipelines.config import jobfile
 from dpstream.pipelines.config.specs import ContributionBounds, HistogramSpec, PeakSpec, WindowSpec
 from dpstream.pipelines.planning import PlanningError, plan_job
-from dpstream.pipelines.planning.windows import peak_groups, unit_runs
+from dpstream.pipelines.planning.windows import peak_groups, unit_periods, unit_runs
 
 ZONES = ("UTC", "America/New_York", "Europe/London", "Australia/Lord_Howe", "America/Sao_Paulo", "Asia/Kathmandu")
 HOUR = 3600
@@ -271,3 +272,35 @@ def test_manual_spends_name_local_days_on_a_calendar_scope(tmp_path, capsys):
     assert cli.main(["budget", "init", "--ledger", ledger, "--scope", "other", "--epsilon", "1", "--delta", "0",
                      "--unit-period", "1d", "--timezone", "America/New_York"]) == 2
     assert "--timezone applies to calendar periods" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("zone, first, days", [
+    ("America/St_Johns", "2010-11-06", 2),  # clocks fell back across midnight: local dates go 11-07 -> 11-06 -> 11-07
+    ("America/St_Johns", "1987-10-24", 2),
+    ("America/Toronto", "1919-03-30", 2),  # 23:30 -> 00:30: midnight of 03-31 fell in the gap
+    ("Antarctica/Casey", "2010-03-03", 2),
+    ("Pacific/Apia", "2011-12-28", 4),  # 2011-12-30 did not happen there
+])
+def test_periods_bracket_every_window_where_local_dates_misbehave(zone, first, days):
+    """Found by an adversarial review: where local dates are not monotone or a midnight is skipped, the period
+    holding an instant must still be the k with start(k) <= t < start(k+1), or the ledger would charge fewer
+    periods than a run reads. Checked for half-hour windows against the starts themselves: every window lies in
+    its unit period, the composition count is the most windows between two starts, and the periods charged are
+    exactly those the windows fall in."""
+    grid = PeriodGrid.of("1day", zone)
+    start = grid.start(grid.index(_midnight(date.fromisoformat(first), zone) + 1))
+    end = grid.start(grid.index(start) + days)
+    window = WindowSpec(size=1800.0, start=start, end=start + math.ceil((end - start) / 1800) * 1800)
+    periods = unit_periods(window, grid)
+    for i, k in enumerate(periods):
+        begin, finish = window.bounds(i)
+        assert grid.start(k) <= begin and finish <= grid.start(k + 1)
+        assert grid.index(begin) == k and grid.start(grid.index(begin - 1)) <= begin - 1 < grid.start(grid.index(begin - 1) + 1)
+    assert unit_runs(window, grid) == max(periods.count(k) for k in set(periods))
+    charged = Periods.overlapping(window.start, window.end, grid)
+    assert set(charged.indices()) >= set(periods) and charged.first == min(periods) and charged.last == max(periods)
+
+
+def test_a_skipped_day_holds_no_calendar_window():
+    days = WindowSpec.of("1day", "2011-12-28", "2012-01-01", timezone="Pacific/Apia")
+    assert days.count == 3 and all(b > a for a, b in (days.bounds(i) for i in range(days.count)))
