@@ -15,7 +15,7 @@ from typing import Callable, Generic, Mapping, TypeVar
 from dpstream.accounting.calibrate import CalibratedRelease, FixedEvent, Release
 from dpstream.accounting.ledger.periods import PeriodGrid
 from dpstream.pipelines.config.specs import ContributionBounds, ReleaseSpec, WindowSpec
-from dpstream.pipelines.planning.windows import unit_runs
+from dpstream.pipelines.planning.windows import composed_windows
 
 
 @dataclass(frozen=True)
@@ -33,12 +33,9 @@ class PlanningContext:
 
     @cached_property
     def windows(self) -> int:
-        """How many windows one privacy unit can touch: `windows.unit_runs`, at most `bounds.max_windows` and
-        `bounds.max_partitions_total` (bounding keeps a unit's records in that many windows and cells). Each
-        window-release composes this often."""
-        count = self.window.count
-        return min(unit_runs(self.window, self.unit_period), self.bounds.max_windows or count,
-                   self.bounds.max_partitions_total or count)
+        """How many windows one privacy unit can reach (`windows.composed_windows`): each window-release composes
+        this often."""
+        return composed_windows(self.window, self.unit_period, self.bounds)
 
     @property
     def total_cells(self) -> int | None:

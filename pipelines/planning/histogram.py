@@ -230,9 +230,13 @@ def _known_sensitivity(spec: HistogramSpec, context: PlanningContext) -> tuple[f
     T / max_partitions windows; Laplace: the pure-DP bound of the whole vector)."""
     bounds, cells = context.bounds, context.total_cells
     if cells is None:
-        return (bounds.l1 if spec.noise == Noise.LAPLACE else bounds.l2), context.windows
-    whole = dataclasses.replace(bounds, max_partitions=cells)
-    return (whole.l1 if spec.noise == Noise.LAPLACE else whole.l2), 1
+        return _norm_sensitivity(bounds, spec.noise), context.windows
+    return _norm_sensitivity(dataclasses.replace(bounds, max_partitions=cells), spec.noise), 1
+
+
+def _norm_sensitivity(bounds: ContributionBounds, noise: Noise) -> float:
+    """The sensitivity in the noise's norm: L1 for Laplace, L2 for Gaussian."""
+    return bounds.l1 if noise == Noise.LAPLACE else bounds.l2
 
 
 def _known(spec: HistogramSpec, context: PlanningContext, event: Event) -> HistogramPlan:
@@ -248,9 +252,8 @@ def _known(spec: HistogramSpec, context: PlanningContext, event: Event) -> Histo
     # within the plan
     changed = context.total_cells or bounds.max_partitions
     noise, _ = grid_noise(noise, event.sensitivity, bounds.quantum, changed, norm)
-    per_window = bounds.l1 if norm == 1 else bounds.l2
-    return HistogramPlan(spec, spec.noise.value, context.windows, noise, per_window, bounds.max_partitions,
-                         event, value_range=_value_range(spec, bounds))
+    return HistogramPlan(spec, spec.noise.value, context.windows, noise, _norm_sensitivity(bounds, spec.noise),
+                         bounds.max_partitions, event, value_range=_value_range(spec, bounds))
 
 
 def _unknown(spec: HistogramSpec, context: PlanningContext, event: Event, delta: float) -> HistogramPlan:

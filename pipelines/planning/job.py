@@ -49,7 +49,7 @@ from dpstream.pipelines.planning.histogram import HistogramPlan
 from dpstream.pipelines.planning.peak import PeakPlan
 from dpstream.pipelines.planning.svt import SvtPlan
 from dpstream.pipelines.planning.topk import TopKPlan
-from dpstream.pipelines.planning.windows import WindowCap, unit_runs, window_cap
+from dpstream.pipelines.planning.windows import WindowCap, composed_windows, unit_runs, window_cap
 
 ReleasePlan = Union[HistogramPlan, TopKPlan, PeakPlan, SvtPlan]
 
@@ -115,7 +115,7 @@ class JobPlan:
         kept = ([f"in at most {cap.max_windows} of the {touched} windows it can touch (chosen uniformly at random)"]
                 if cap.max_windows else [])
         kept += [f"in at most {cap.max_cells} (window, partition) cells (its heaviest)"] if cap.max_cells else []
-        composed = min(touched, cap.max_windows or touched, cap.max_cells or touched)
+        composed = composed_windows(self.window, self.unit_period, bounds)
         return (f"{', '.join(caps)}: each privacy unit's records are kept {' and '.join(kept)} {where}, so "
                 f"histograms, top-k and peaks compose {composed} windows instead of {touched}"
                 + (f", and histograms over public partitions are calibrated to the {cap.max_cells} cells of the whole "

@@ -109,12 +109,20 @@ class WindowCap:
     unit_of_window: tuple[int, ...]
 
 
+def composed_windows(window: WindowSpec, grid: PeriodGrid | None, bounds: ContributionBounds) -> int:
+    """The windows one privacy unit's records can reach, which every window-release composes: `unit_runs`, at
+    most `bounds.max_windows` and `bounds.max_partitions_total` (a unit kept in T cells reaches at most T
+    windows)."""
+    count = window.count
+    return min(unit_runs(window, grid), bounds.max_windows or count, bounds.max_partitions_total or count)
+
+
 def window_cap(window: WindowSpec, grid: PeriodGrid | None, bounds: ContributionBounds) -> WindowCap | None:
     """The caps bounding must apply, or None when there are none or none can bind: max_windows C binds below
     the windows a unit can touch (`unit_runs`), max_partitions_total T below min(C, that) x max_partitions."""
     touched = unit_runs(window, grid)
     windows = None if bounds.max_windows is None or bounds.max_windows >= touched else bounds.max_windows
-    cells_possible = min(windows or touched, touched) * bounds.max_partitions
+    cells_possible = (windows or touched) * bounds.max_partitions
     total = bounds.max_partitions_total
     cells = None if total is None or total >= cells_possible else total
     if windows is None and cells is None:

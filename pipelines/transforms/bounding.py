@@ -108,12 +108,18 @@ class _Keys:
         return _combine(self._salt, *identity())
 
 
+def _runs(ordered: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, ends) of the runs of equal values in a sorted array."""
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    return starts, np.r_[starts[1:], ordered.size]
+
+
 def _group_ranks(groups: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(order, rank): rows sorted by (group, key) and each sorted row's rank within its group."""
     order = np.lexsort((keys, groups))
     sorted_groups = groups[order]
-    starts = np.flatnonzero(np.r_[True, sorted_groups[1:] != sorted_groups[:-1]])
-    lengths = np.diff(np.r_[starts, sorted_groups.size])
+    starts, ends = _runs(sorted_groups)
+    lengths = ends - starts
     rank = np.arange(sorted_groups.size) - np.repeat(starts, lengths)
     return order, rank
 
@@ -179,12 +185,11 @@ class _PreAggregate(beam.DoFn):
         piece = (window_of * self._shards + shard_of.astype(np.int64))
         order = np.argsort(piece, kind="stable")
         piece = piece[order]
-        cuts = np.flatnonzero(np.r_[True, piece[1:] != piece[:-1], True])
         # object columns as they are: inferring pandas' Arrow string dtype costs more than the rest of the batch
         frame = pd.DataFrame({"user": pd.Series(users[user_of[order]], dtype=object, copy=False),
                               "partition": pd.Series(partitions[partition_of[order]], dtype=object, copy=False),
                               **{name: column[order] for name, column in columns.items()}})
-        for begin, end in zip(cuts[:-1], cuts[1:]):
+        for begin, end in zip(*_runs(piece)):
             index, shard = divmod(int(piece[begin]), self._shards)
             yield TimestampedValue(((index, shard), frame.iloc[begin:end]), window_timestamp(self._window, index))
 
@@ -204,7 +209,7 @@ def _kept_cells(frame: pd.DataFrame, index: int, bounds: ContributionBounds, key
         order, rank = _group_ranks(groups, frame["key"].to_numpy())
         sample = order[rank < bounds.max_contributions]  # still sorted by group
         sampled = groups[sample]
-        starts = np.flatnonzero(np.r_[True, sampled[1:] != sampled[:-1]])
+        starts, _ = _runs(sampled)
         distinct = sampled[starts]
         # at most max_contributions <= 2**32 records of |units| <= 2**30 per group: no overflow
         sums = np.add.reduceat(frame["value"].to_numpy()[sample], starts)
@@ -305,8 +310,7 @@ class _BoundCapped(beam.DoFn):
                               heaviest_first(sums, keys))
         windows, labels, sums = windows[keep], labels[keep], sums[keep]  # every unit keeps >= 1 of its cells
         order = np.argsort(windows, kind="stable")
-        cuts = np.flatnonzero(np.r_[True, windows[order][1:] != windows[order][:-1], True])
-        for begin, end in zip(cuts[:-1], cuts[1:]):
+        for begin, end in zip(*_runs(windows[order])):
             rows, index = order[begin:end], int(windows[order[begin]])
             yield TimestampedValue((index, _totals(labels[rows], sums[rows], self._units)),
                                    window_timestamp(self._window, index))
@@ -336,8 +340,8 @@ class BoundContributions(beam.PTransform):
     `partitions`: keep only these (public) partitions before bounding.
     `shards`: users are spread over this many groups per window (parallelism);
     the per-window outputs of the shards are summed by `aggregation.PerWindowSums`.
-    `cap`: keep each unit's records in at most `cap.max_windows` windows (`planning.WindowCap`; bounded
-    inputs only, grouped per shard over all windows).
+    `cap`: keep each unit's records in at most `cap.max_windows` windows and `cap.max_cells` (window,
+    partition) cells (`planning.WindowCap`; bounded inputs only, grouped per shard over all windows).
     Privacy, proof and runtime: module docstring.
     """
 
