@@ -14,8 +14,9 @@ max_contributions Linf, max_windows C) and PipelineDP (max_partitions_contribute
 max_contributions_per_partition Linf), including a pair with identical worst-case L2 sensitivity,
 sqrt(C L0) Linf = sqrt(M) Linf. PipelineDP's partitions are (window, partition) keys with every key public.
 
-Reported per row: RMSE against the true counts over every (window, partition) cell, measured (one noise draw)
-and expected over the noise (sqrt(noise^2 + mean squared bounding error); PipelineDP's bounding error from a
+Reported per row: RMSE against the true counts over every (window, partition) cell, measured (the mean over
+`DRAWS` independent runs, each with its own sampling and noise, with its standard error) and expected over the
+noise (sqrt(noise^2 + mean squared bounding error); PipelineDP's bounding error from a
 re-implementation of its uniform sampling of M cells per user, one draw); RMSE against the bounded
 counts (dpstream: measured, its bounded sums from the same seeded keys; PipelineDP: its noise, since its
 sampling is internal); the share of records kept (dpstream: measured; PipelineDP: the exact expectation of
@@ -59,6 +60,10 @@ cells: max_partitions_total T = M, max_contributions Linf and max_partitions = e
 per-window cut), unclamped and clamped at 0; the structural grid caps windows
 (max_windows C) and partitions per window instead."""
 EPSILON = {"flights_daily": 4.0, "flights_monthly": 4.0, "synthetic": 1.0}
+DRAWS = {"flights_daily": 2, "flights_monthly": 8, "synthetic": 12}
+"""Runs per row, each with its own seed. One run's RMSE over n cells varies by about 1/sqrt(2n) of itself:
+0.4% over daily flights' 37,960 cells, 2% over the 1,040-1,248 cells of the others, which is the size of the
+gaps between the tools there; the mean of k runs varies sqrt(k) times less."""
 
 
 def _write(frame: pd.DataFrame, window: WindowSpec, directory: str, name: str) -> dict:
@@ -101,7 +106,8 @@ def synthetic(directory: str, users: int = 20_000, weeks: int = 52, partitions: 
     return _write(frame.drop(columns="week"), start, directory, "synthetic")
 
 
-def dpstream_run(data: dict, bounds: ContributionBounds, epsilon: float, directory: str, clamp: bool = False) -> dict:
+def dpstream_run(data: dict, bounds: ContributionBounds, epsilon: float, directory: str, clamp: bool = False,
+                 seed: int = SEED) -> dict:
     """Noisy and bounded counts of one dpstream Gaussian histogram (same seed: the same kept records)."""
     releases = (HistogramSpec("counts", partitions=data["partitions"], clamp=clamp),)
     plan = plan_job(releases, bounds, data["window"], epsilon, DELTA)
@@ -109,8 +115,8 @@ def dpstream_run(data: dict, bounds: ContributionBounds, epsilon: float, directo
     def build(pipeline):
         batches = (pipeline | "Read" >> beam.io.ReadFromParquetBatched(data["path"], columns=EVENT_SCHEMA.names)
                    | "Batches" >> beam.FlatMap(_to_batches))
-        noisy = release_graph(batches, releases, plan, bounds, data["window"], SEED)[0]["counts"]
-        bounded = (batches | "Bound" >> BoundContributions(bounds, data["window"], data["partitions"], SEED,
+        noisy = release_graph(batches, releases, plan, bounds, data["window"], seed)[0]["counts"]
+        bounded = (batches | "Bound" >> BoundContributions(bounds, data["window"], data["partitions"], seed,
                                                             cap=plan.window_cap)
                    | "Rows" >> beam.FlatMap(lambda kv: [{"bounded": kv[0], "partition": p, "value": int(v)}
                                                         for p, v in kv[1].items()]))
@@ -162,10 +168,10 @@ def _rmse(released: dict, truth, domain) -> float:
     return float(np.sqrt(np.mean(np.square(errors))))
 
 
-def pipelinedp_bounded(cells: pd.Series, max_partitions: int, linf: int) -> dict:
+def pipelinedp_bounded(cells: pd.Series, max_partitions: int, linf: int, seed: int = SEED) -> dict:
     """One draw of PipelineDP's bounding, re-implemented: per user, M of its (window, partition) cells uniformly
     (all when it has at most M), each min(n, Linf); summed per cell."""
-    rng = np.random.default_rng(SEED)
+    rng = np.random.default_rng(seed)
     frame = cells.clip(upper=linf).rename("n").reset_index()
     frame["key"] = rng.random(len(frame))
     frame["rank"] = frame.groupby("user")["key"].rank(method="first")
@@ -186,36 +192,53 @@ def pipelinedp_expected_kept(cells: pd.Series, max_partitions: int, linf: int) -
     return float((per_user["kept"] * np.minimum(1.0, max_partitions / per_user["cells"])).sum())
 
 
+def _mean(values: list[float]) -> tuple[float, float | None]:
+    """(mean, standard error of the mean; None from one value)."""
+    mean = float(np.mean(values))
+    return mean, (float(np.std(values, ddof=1) / math.sqrt(len(values))) if len(values) > 1 else None)
+
+
+def _measured(runs: list[dict], raw: dict, domain, bounded=None) -> dict:
+    """Per-row means over the runs: RMSE against the truth (with its standard error), against the bounded counts
+    (`bounded(run)`, or the noise when None) and seconds."""
+    mean, error = _mean([_rmse(run["noisy"], raw, domain) for run in runs])
+    against_bounded = [run["noise"] if bounded is None else _rmse(run["noisy"], bounded(run), domain) for run in runs]
+    return {"draws": len(runs), "rmse_vs_true": mean, "rmse_vs_true_stderr": error,
+            "rmse_vs_bounded": float(np.mean(against_bounded)), "seconds": float(np.mean([r["seconds"] for r in runs]))}
+
+
 def scenario(name: str, data: dict, directory: str, quick: bool) -> dict:
     epsilon, (theirs, structural) = EPSILON[name], CONFIGS[name]
+    draws = 1 if quick else DRAWS[name]
     if quick:
         theirs, structural = theirs[:1], structural[:1]
     domain = [(w, p) for w in range(data["window"].count) for p in data["partitions"]]
     raw = {key: int(n) for key, n in data["raw"].items()}
+    seeds = [SEED + draw for draw in range(draws)]
     rows = []
 
     def ours(label: str, bounds: ContributionBounds, clamp: bool = False) -> dict:
-        run = dpstream_run(data, bounds, epsilon, directory, clamp)
+        runs = [dpstream_run(data, bounds, epsilon, directory, clamp, seed) for seed in seeds]
+        first = runs[0]
+        expected = [expected_rmse(run["noise"], run["bounded"], raw, domain) for run in runs]
         return {"tool": "dpstream", "config": label, "max_partitions": bounds.max_partitions,
                 "max_contributions": bounds.max_contributions, "max_windows": bounds.max_windows,
-                "max_partitions_total": bounds.max_partitions_total, "clamp": clamp, "l2_sensitivity": run["l2"],
-                "windows_composed": run["composed"], "noise_stddev": run["noise"],
-                "rmse_vs_true": _rmse(run["noisy"], raw, domain),
-                "expected_rmse_vs_true": None if clamp else expected_rmse(run["noise"], run["bounded"], raw, domain),
-                "rmse_vs_bounded": _rmse(run["noisy"], run["bounded"], domain),
-                "kept_share": sum(run["bounded"].values()) / data["events"], "seconds": run["seconds"]}
+                "max_partitions_total": bounds.max_partitions_total, "clamp": clamp, "l2_sensitivity": first["l2"],
+                "windows_composed": first["composed"], "noise_stddev": first["noise"],
+                **_measured(runs, raw, domain, lambda run: run["bounded"]),
+                "expected_rmse_vs_true": None if clamp else float(np.mean(expected)),
+                "kept_share": float(np.mean([sum(run["bounded"].values()) for run in runs])) / data["events"]}
 
     for cells, linf in theirs:
-        run = pipelinedp_run(data, cells, linf, epsilon, directory)
+        runs = [pipelinedp_run(data, cells, linf, epsilon, directory) for _ in seeds]
+        expected = [expected_rmse(runs[0]["noise"], pipelinedp_bounded(data["cells"], cells, linf, seed), raw, domain)
+                    for seed in seeds]
         label = f"M={cells} Linf={linf}"
         rows.append({"tool": "pipelinedp", "config": label, "max_partitions_contributed": cells,
                      "max_contributions": linf, "l2_sensitivity": math.sqrt(cells) * linf,
-                     "noise_stddev": run["noise"], "rmse_vs_true": _rmse(run["noisy"], raw, domain),
-                     "expected_rmse_vs_true": expected_rmse(run["noise"], pipelinedp_bounded(data["cells"], cells, linf),
-                                                            raw, domain),
-                     "rmse_vs_bounded": run["noise"],
-                     "kept_share": pipelinedp_expected_kept(data["cells"], cells, linf) / data["events"],
-                     "seconds": run["seconds"]})
+                     "noise_stddev": runs[0]["noise"], **_measured(runs, raw, domain),
+                     "expected_rmse_vs_true": float(np.mean(expected)),
+                     "kept_share": pipelinedp_expected_kept(data["cells"], cells, linf) / data["events"]})
         same = ContributionBounds(max_partitions=len(data["partitions"]), max_contributions=linf,
                                   max_partitions_total=cells)
         rows.append(ours(f"T={cells} Linf={linf} (as {label})", same))
@@ -225,9 +248,10 @@ def scenario(name: str, data: dict, directory: str, quick: bool) -> dict:
         rows.append(ours(f"L0={l0} Linf={linf} C={cap}", bounds))
     best = {tool: min((r for r in rows if r["tool"] == tool), key=lambda r: r["rmse_vs_true"])
             for tool in ("dpstream", "pipelinedp")}
-    return {"epsilon": epsilon, "delta": DELTA, "windows": data["window"].count,
+    return {"epsilon": epsilon, "delta": DELTA, "windows": data["window"].count, "draws": draws,
             "partitions": len(data["partitions"]), "events": data["events"], "rows": rows,
-            "best": {tool: {"config": row["config"], "rmse_vs_true": row["rmse_vs_true"]} for tool, row in best.items()}}
+            "best": {tool: {"config": row["config"], "rmse_vs_true": row["rmse_vs_true"],
+                            "rmse_vs_true_stderr": row["rmse_vs_true_stderr"]} for tool, row in best.items()}}
 
 
 def main(argv=None) -> int:
@@ -251,7 +275,8 @@ def main(argv=None) -> int:
         for row in result["rows"]:
             expected = row["expected_rmse_vs_true"]
             print(f"  {row['tool']:10s} {row['config']:42s} L2={row['l2_sensitivity']:7.2f} "
-                  f"noise={row['noise_stddev']:8.3f} rmse_true={row['rmse_vs_true']:8.3f} "
+                  f"noise={row['noise_stddev']:8.3f} rmse_true={row['rmse_vs_true']:8.3f}"
+                  f"+-{row['rmse_vs_true_stderr'] or 0:.3f} "
                   f"expected={'-' if expected is None else f'{expected:8.3f}':>8s} "
                   f"rmse_bounded={row['rmse_vs_bounded']:8.3f} kept={row['kept_share']:.3f}")
     return 0

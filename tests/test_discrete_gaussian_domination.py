@@ -106,4 +106,4 @@ def test_grid_sensitivity_adds_sqrt_d_steps_for_the_gaussian(exact):
     step = granularity(3.0)
     rounding = 0.0 if exact else 2 * step
     assert grid_sensitivity(1.0, step, exact, changed=4, norm=2) >= 1.0 + rounding + 2 * step
-    assert grid_sensitivity(1.0, step, exact, changed=4, norm=1) == (1.0 if exact else math.nextafter(1.0 + 4 * step, math.inf))
+    assert grid_sensitivity(1.0, step, exact, changed=4, norm=1) >= 1.0 + 2 * rounding + 4 * step  # L1: 4 steps each

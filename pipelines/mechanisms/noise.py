@@ -203,23 +203,33 @@ def _round_half_up_shift(units: np.ndarray, shift: int) -> np.ndarray:
     return floor + (remainder >= (1 << (shift - 1)))
 
 
+def rounded_sensitivity(sensitivity: float, step: float, exact: bool, changed: int, norm: int) -> float:
+    """How far neighbouring values `sensitivity` apart in L1 (norm 1) or L2 (norm 2) can be once rounded to the grid.
+
+    Round-half-up is monotone and moves each coordinate by less than step/2, so
+    a coordinate difference d becomes at most step * ceil(d / step) < d + step.
+    Over at most `changed` changed coordinates the L1 distance grows by less
+    than changed * step and the L2 distance by less than sqrt(changed) * step.
+    When no rounding happens (`exact`), nothing is added.
+    """
+    if exact:
+        return float(sensitivity)
+    return math.nextafter(float(sensitivity) + step * (changed if norm == 1 else math.sqrt(changed)), math.inf)
+
+
 def grid_sensitivity(sensitivity: float, step: float, exact: bool, changed: int, norm: int) -> float:
     """The sensitivity at which the continuous event bounds grid noise: norm 1 discrete Laplace, norm 2 discrete Gaussian.
 
-    Rounding: round-half-up is monotone and moves each coordinate by less than
-    step/2, so a coordinate difference d becomes at most step * ceil(d / step)
-    < d + step. Over at most `changed` changed coordinates the L1 distance grows
-    by less than changed * step and the L2 distance by less than
-    sqrt(changed) * step. When no rounding happens (`exact`), nothing is added.
-    Discrete Gaussian (norm 2): its privacy curve can exceed the continuous
-    Gaussian's at the same shift (by a relative 2e-11 at 2**19 grid units), but
-    a shift by an integer vector v is dominated by the continuous Gaussian
-    shifted by ||v||_2 + sqrt(changed) grid units (docs/proofs/pipelines.mechanisms.noise.discrete_gaussian_domination.md),
-    so norm 2 always adds sqrt(changed) * step more. The discrete Laplace's pure
-    DP ratio is exact and needs no such term.
+    The rounded distance (`rounded_sensitivity`) plus one grid step per changed
+    coordinate in the noise's norm, because the discrete noise's privacy curve
+    can exceed the continuous one's at the same shift, while a shift by an
+    integer vector v is dominated by the continuous noise shifted by |v_i| + 1
+    grid units in every changed coordinate:
+    - discrete Gaussian: by a relative 2e-11 at 2**19 grid units; dominated at
+      ||v||_2 + sqrt(changed) (docs/proofs/pipelines.mechanisms.noise.discrete_gaussian_domination.md);
+    - discrete Laplace: by a relative 1 / (2 t) at scale t grid units (its pure-DP
+      ratio is exact, but the accountant's Laplace PLD is the continuous one);
+      dominated at ||v||_1 + changed (docs/proofs/pipelines.mechanisms.additive.laplace.md).
     """
-    rounding = 0.0 if exact else step * (changed if norm == 1 else math.sqrt(changed))
-    discreteness = 0.0 if norm == 1 else step * math.sqrt(changed)
-    if rounding + discreteness == 0.0:
-        return float(sensitivity)
-    return math.nextafter(float(sensitivity) + rounding + discreteness, math.inf)
+    rounded = rounded_sensitivity(sensitivity, step, exact, changed, norm)
+    return math.nextafter(rounded + step * (changed if norm == 1 else math.sqrt(changed)), math.inf)

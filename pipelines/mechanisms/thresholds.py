@@ -12,7 +12,7 @@ from dpstream.accounting.events import ZCDP, GaussianThreshold
 from dpstream.accounting.numerics import epsilon_from_delta_curve, expanding_upper, log_sub_exp
 from dpstream.pipelines.mechanisms.additive import noisy_on_grid
 from dpstream.pipelines.mechanisms.fixedpoint import is_power_of_two
-from dpstream.pipelines.mechanisms.noise import SecureRandom, granularity, grid_sensitivity, to_grid
+from dpstream.pipelines.mechanisms.noise import SecureRandom, granularity, grid_sensitivity, rounded_sensitivity, to_grid
 from dpstream.pipelines.mechanisms.release import Release, checked_rng, count, positive, release, vector
 
 
@@ -45,7 +45,7 @@ def gaussian_threshold_cutoff(sigma: float, threshold: float, max_partitions: in
     """The cutoff of `gaussian_threshold` (value units) a noisy sum must exceed; public: a function of the
     parameters and of whether the sums reach the noise grid exactly (`noise.to_grid`)."""
     step = granularity(sigma)
-    tau = grid_sensitivity(threshold, step, exact, changed=1, norm=1)
+    tau = rounded_sensitivity(threshold, step, exact, changed=1, norm=1)
     return tau + selection_margin(sigma / step, max_partitions, delta) * step
 
 
@@ -84,7 +84,7 @@ def gaussian_threshold(
     rng = checked_rng(owner, rng)
     step = granularity(sigma)
     units, exact = to_grid(array, step, quantum)
-    tau = grid_sensitivity(threshold, step, exact, changed=1, norm=1)
+    tau = rounded_sensitivity(threshold, step, exact, changed=1, norm=1)
     sensitivity = grid_sensitivity(math.sqrt(partitions) * threshold, step, exact, changed=partitions, norm=2)
     cutoff = gaussian_threshold_cutoff(sigma, threshold, partitions, delta, exact)
     noisy = (units + rng.discrete_gaussian(sigma / step, array.size)) * step
@@ -225,7 +225,7 @@ def truncated_gaussian(
     rng = checked_rng(owner, rng)
     step = granularity(sigma)
     units, exact = to_grid(array, step, quantum)
-    tau = grid_sensitivity(threshold, step, exact, changed=1, norm=1)
+    tau = rounded_sensitivity(threshold, step, exact, changed=1, norm=1)
     level_units = math.ceil(truncation_level(sigma, tau, partitions, delta) / step)
     noise = np.empty(array.size, dtype=np.float64)
     missing = np.arange(array.size)

@@ -6,13 +6,15 @@ Proof: docs/proofs/pipelines.planning.job.plan_job.md ("Grid" and "Normalised qu
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 from dpstream.pipelines.mechanisms.fixedpoint import QUOTIENT_ROUNDING
 from dpstream.pipelines.mechanisms.noise import granularity, grid_sensitivity
 from dpstream.pipelines.planning.errors import PlanningError
 
 
-def grid_noise(noise: float, sensitivity: float, quantum: float, changed: int, norm: int) -> tuple[float, float]:
+def grid_noise(noise: float, sensitivity: float, quantum: float, changed: int, norm: int,
+               bound: Callable[[float, float, bool, int, int], float] = grid_sensitivity) -> tuple[float, float]:
     """(noise', sensitivity') with noise' >= noise, sensitivity'/noise' <= sensitivity/noise after grid rounding.
 
     The mechanisms round their inputs, integers in units of the power of two
@@ -20,12 +22,15 @@ def grid_noise(noise: float, sensitivity: float, quantum: float, changed: int, n
     sensitivity (`noise.grid_sensitivity`); the noise is scaled up by the same
     factor, so the privacy of a run (a function of the ratio only) is never
     above the planned one. On a grid of step <= quantum nothing is rounded
-    (`noise.to_grid`), and nothing changes.
+    (`noise.to_grid`), and nothing changes. `bound` prices the grid: by
+    default `noise.grid_sensitivity` (for a continuous Laplace or Gaussian event);
+    `noise.rounded_sensitivity` where the event is exact for discrete noise
+    (zCDP of the discrete Gaussian, Canonne–Kamath–Steinke 2020 Thm 4).
     """
     current = noise
     for _ in range(8):
         step = granularity(current)
-        effective = grid_sensitivity(sensitivity, step, step <= quantum, changed, norm)
+        effective = bound(sensitivity, step, step <= quantum, changed, norm)
         if effective / current <= sensitivity / noise:
             return current, effective
         current = math.nextafter(noise * effective / sensitivity, math.inf)

@@ -2,7 +2,9 @@
 partitions not known in advance (Gaussian thresholding, distinct-unit thresholding or the truncated Gaussian).
 
 What a histogram costs (events of one window; a unit's windows, `PlanningContext.windows`, compose):
-- known partitions, Laplace: `Laplace(scale, L1)`; Gaussian: `Gaussian(sigma, L2)`;
+- known partitions, Gaussian: `Gaussian(sigma, L2)`; Laplace: `Laplace(scale, Linf)` per cell, composed over the
+  (window, partition) cells one unit can change (`_known_sensitivity`), which is never looser than one event of
+  the window's L1;
 - unknown partitions, selection "gaussian" (the default): `GaussianThreshold(sigma, L2, delta_selection)`
   (a Gaussian on the partitions both neighbours hold, a unit's own partitions released with probability at
   most delta_selection), composed with every other release by the PLD bound; "truncated":
@@ -23,6 +25,7 @@ from dpstream.accounting.events import ZCDP, Event, Gaussian, GaussianThreshold,
 from dpstream.pipelines.config.specs import ContributionBounds, HistogramSpec, Noise, Selection
 from dpstream.pipelines.planning.context import Draft, PlanningContext
 from dpstream.pipelines.planning.errors import PlanningError
+from dpstream.pipelines.mechanisms.noise import rounded_sensitivity
 from dpstream.pipelines.planning.grid import grid_noise
 
 SELECTION_MECHANISMS = {"gaussian": "gaussian_threshold", "truncated": "truncated_gaussian", "distinct": "distinct_threshold"}
@@ -105,7 +108,8 @@ class HistogramPlan:
     value_range: public interval released values are clamped to (`mechanisms.clamp_to_range`), unbounded
     when the release asks for unclamped values. distinct_threshold only: noise is the sigma of the noisy
     number of distinct units, extra_noise that of the records beyond each unit's first (None when a unit
-    adds one record), unit_value what one record adds.
+    adds one record), unit_value what one record adds. Laplace only: cells, how many per-cell events (`event`)
+    one unit's (window, partition) cells compose.
     """
 
     spec: HistogramSpec
@@ -119,6 +123,7 @@ class HistogramPlan:
     value_range: tuple[float, float] = (-math.inf, math.inf)
     extra_noise: float | None = None
     unit_value: float | None = None
+    cells: int | None = None
 
     @property
     def name(self) -> str:
@@ -183,12 +188,19 @@ class HistogramPlan:
                 f"truncated to a public level, and only partitions whose noisy value clears threshold + truncation appear "
                 f"(Cesar–Rogers Algorithm 2; per window {self.event!r}, the truncation spending delta={self.selection_delta:.3g})."
             )
-        norm = "L1" if self.mechanism == "laplace" else "L2"
+        if self.mechanism == "laplace":
+            return (
+                f"Histogram {self.name!r} over {len(self.listed)} public partitions, one release per window "
+                f"({self.runs} windows composed per privacy unit): every listed partition appears, empty or not, with "
+                f"discrete Laplace noise (scale {self.noise:.6g}, standard deviation {self.noise_stddev:.6g}), "
+                f"independent per cell; one user changes at most {self.cells} (window, partition) cells by at "
+                f"most {self.event.sensitivity:.6g} each, composed as {self.cells} events {self.event!r}."
+            )
         return (
             f"Histogram {self.name!r} over {len(self.listed)} public partitions, one release per window "
-            f"({self.runs} windows composed per privacy unit): every listed partition appears, empty or not, with discrete {self.mechanism} noise "
+            f"({self.runs} windows composed per privacy unit): every listed partition appears, empty or not, with discrete gaussian noise "
             f"(noise parameter {self.noise:.6g}, standard deviation {self.noise_stddev:.6g}) calibrated to the "
-            f"{norm} sensitivity {self.sensitivity:.6g} of one user's bounded contributions ({self._event_scope} "
+            f"L2 sensitivity {self.sensitivity:.6g} of one user's bounded contributions ({self._event_scope} "
             f"{self.event!r})."
         )
 
@@ -224,14 +236,23 @@ def draft(spec: HistogramSpec, context: PlanningContext) -> Draft[HistogramPlan]
 
 
 def _known_sensitivity(spec: HistogramSpec, context: PlanningContext) -> tuple[float, int]:
-    """(sensitivity, runs) of public-partition noise: per window (L1 or L2 of one window) composed over the
-    windows a unit can touch; or, when `max_partitions_total` T binds, the whole release as one event of L1
-    T Linf or L2 sqrt(T) Linf (a unit changes at most T cells of it; Gaussian: exactly the composition of
-    T / max_partitions windows; Laplace: the pure-DP bound of the whole vector)."""
+    """(sensitivity, runs) of public-partition noise.
+
+    Gaussian: per window (L2 of one window) composed over the windows a unit can touch; or, when
+    `max_partitions_total` T binds, the whole release as one event of L2 sqrt(T) Linf (exactly the composition
+    of T / max_partitions windows). Laplace: one event per (window, partition) cell a unit can change, Linf each,
+    composed over those cells (L0 per window over its windows, or T): the noise is independent per cell, so the
+    release's privacy loss is the sum of the cells' losses, and each cell's pair is dominated by Laplace at shift
+    Linf. That composition is dominated by both one Laplace event of the window's L1 per window and one of the
+    whole vector's L1 T Linf, so the accountant's bound is never above either (docs/proofs/
+    pipelines.transforms.bounding.max_windows.md, "Laplace").
+    """
     bounds, cells = context.bounds, context.total_cells
+    if spec.noise == Noise.LAPLACE:
+        return bounds.linf, cells or context.windows * bounds.max_partitions
     if cells is None:
-        return _norm_sensitivity(bounds, spec.noise), context.windows
-    return _norm_sensitivity(dataclasses.replace(bounds, max_partitions=cells), spec.noise), 1
+        return bounds.l2, context.windows
+    return dataclasses.replace(bounds, max_partitions=cells).l2, 1
 
 
 def _norm_sensitivity(bounds: ContributionBounds, noise: Noise) -> float:
@@ -241,19 +262,20 @@ def _norm_sensitivity(bounds: ContributionBounds, noise: Noise) -> float:
 
 def _known(spec: HistogramSpec, context: PlanningContext, event: Event) -> HistogramPlan:
     bounds = context.bounds
-    if isinstance(event, Laplace):
-        noise, norm = event.scale, 1
+    if isinstance(event, Laplace):  # per cell: one changed coordinate, in L1
+        noise, _ = grid_noise(event.scale, event.sensitivity, bounds.quantum, changed=1, norm=1)
     elif isinstance(event, Gaussian):
-        noise, norm = event.sigma, 2
+        # the cells the event's sensitivity covers: one window's, or the whole release's under max_partitions_total;
+        # rounding scales both the same way (`grid_noise`), so the per-window sensitivity the mechanism reports stays
+        # within the plan
+        changed = context.total_cells or bounds.max_partitions
+        noise, _ = grid_noise(event.sigma, event.sensitivity, bounds.quantum, changed, norm=2)
     else:
         raise TypeError(f"histogram {spec.name!r} was calibrated to {event!r}, not Laplace or Gaussian noise")
-    # the cells the event's sensitivity covers: one window's, or the whole release's under max_partitions_total;
-    # rounding scales both the same way (`grid_noise`), so the per-window sensitivity the mechanism reports stays
-    # within the plan
-    changed = context.total_cells or bounds.max_partitions
-    noise, _ = grid_noise(noise, event.sensitivity, bounds.quantum, changed, norm)
+    _, cells = _known_sensitivity(spec, context)
     return HistogramPlan(spec, spec.noise.value, context.windows, noise, _norm_sensitivity(bounds, spec.noise),
-                         bounds.max_partitions, event, value_range=_value_range(spec, bounds))
+                         bounds.max_partitions, event, value_range=_value_range(spec, bounds),
+                         cells=cells if isinstance(event, Laplace) else None)
 
 
 def _unknown(spec: HistogramSpec, context: PlanningContext, event: Event, delta: float) -> HistogramPlan:
@@ -268,7 +290,7 @@ def _unknown(spec: HistogramSpec, context: PlanningContext, event: Event, delta:
         sigma, _ = grid_noise(event.sigma, event.sensitivity, bounds.quantum, bounds.max_partitions, norm=2)
     elif isinstance(event, ZCDP):
         sigma = bounds.linf * math.sqrt(bounds.max_partitions / (2.0 * event.rho))
-        sigma, _ = grid_noise(sigma, bounds.linf, bounds.quantum, changed=1, norm=1)
+        sigma, _ = grid_noise(sigma, bounds.linf, bounds.quantum, changed=1, norm=1, bound=rounded_sensitivity)
     else:
         raise TypeError(f"histogram {spec.name!r} was calibrated to {event!r}, not a selection event")
     return HistogramPlan(*common, sigma, bounds.linf, bounds.max_partitions, event, delta, _value_range(spec, bounds))

@@ -64,17 +64,18 @@ def test_plans_compose_over_min_c_w_windows():
 
 def test_a_total_cell_cap_calibrates_the_whole_release():
     """max_partitions_total T = 4 with L0 = 2 over 8 windows: the whole release moves by L2 <= sqrt(4) Linf, the
-    same as 2 windows of 2 cells, so the Gaussian noise equals the plan with max_windows = 2; Laplace uses
-    L1 = T Linf once. Top-k composes min(C, T) = 4 windows; T >= windows x L0 changes nothing."""
+    same as 2 windows of 2 cells, so the Gaussian noise equals the plan with max_windows = 2; Laplace composes
+    T = 4 cell events of Linf. Top-k composes min(C, T) = 4 windows; T >= windows x L0 changes nothing."""
     gaussian, laplace = (HistogramSpec("h", partitions=("A", "B")),), (HistogramSpec("h", partitions=("A", "B"),
                                                                                      noise="laplace"),)
     cells = _bounds(max_partitions=2, max_partitions_total=4)
     assert plan_job(gaussian, cells, WINDOW, 1.0, 1e-6)["h"].noise == pytest.approx(
         plan_job(gaussian, _bounds(2, max_partitions=2), WINDOW, 1.0, 1e-6)["h"].noise, rel=1e-9)
     planned = plan_job(laplace, cells, WINDOW, 1.0, 1e-6)
-    assert planned["h"].event.sensitivity == 4 and planned["h"].sensitivity == 2 and planned["h"].runs == 4
+    assert planned["h"].event.sensitivity == 1 and planned["h"].sensitivity == 2 and planned["h"].cells == 4
     assert planned.window_cap == WindowCap(None, 4, (0,) * W)
-    assert "the whole release at once" in planned["h"].describe()
+    assert "at most 4 (window, partition) cells" in planned["h"].describe()
+    assert "the whole release at once" in plan_job(gaussian, cells, WINDOW, 1.0, 1e-6)["h"].describe()
     assert plan_job((TopKSpec("t", k=1, partitions=("A", "B")),), cells, WINDOW, 1.0, 1e-6)["t"].runs == 4
     assert plan_job(gaussian, _bounds(max_partitions=2, max_partitions_total=16), WINDOW, 1.0, 1e-6).window_cap is None
 

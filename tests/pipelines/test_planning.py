@@ -21,7 +21,7 @@ from dpstream.pipelines.config.specs import (
     WindowSpec,
 )
 from dpstream.pipelines.mechanisms.fixedpoint import to_units
-from dpstream.pipelines.mechanisms.noise import SecureRandom, granularity
+from dpstream.pipelines.mechanisms.noise import SecureRandom, granularity, grid_sensitivity, rounded_sensitivity
 from dpstream.pipelines.planning import PlanningError, plan_job
 from dpstream.pipelines.planning.grid import grid_noise, normalised_sensitivity
 from dpstream.pipelines.planning.histogram import SELECTION_DELTA_SHARE
@@ -74,8 +74,8 @@ def test_run_events_never_exceed_planned_events(bounds):
         planned = plan[name]
         _, release = histogram_release(planned, sums, rng, quantum)
         event = release.event
-        if isinstance(event, Laplace):
-            assert event.sensitivity / event.scale <= planned.event.sensitivity / planned.event.scale
+        if isinstance(event, Laplace):  # a window's L1 against the planned per-cell events of its L0 cells
+            assert event.sensitivity / event.scale <= planned.max_partitions * planned.event.sensitivity / planned.event.scale
         else:
             assert isinstance(event, Gaussian) and event.mu <= planned.event.mu
     planned = plan["unknown"]
@@ -140,7 +140,9 @@ def test_distinct_selection_with_a_fractional_count_is_exact_and_never_above_pla
 
 def test_counting_plan_keeps_the_calibrated_noise():
     plan = plan_job(RELEASES[:2], ContributionBounds(max_partitions=2), WINDOW, 1.0, 1e-6)
-    assert plan["laplace"].noise == plan.calibrated.by_name()["laplace"].event.scale
+    # Laplace: enlarged only by the discrete-Laplace domination term, one grid step per cell event
+    laplace = plan.calibrated.by_name()["laplace"].event
+    assert laplace.scale < plan["laplace"].noise <= laplace.scale * (1 + 2 * 2.0**-19 * laplace.scale / laplace.sensitivity)
     # Gaussian: enlarged only by the discrete-Gaussian domination term, sqrt(L0) grid steps of sensitivity
     calibrated = plan.calibrated.by_name()["gaussian"].event
     gaussian = plan["gaussian"]
@@ -160,8 +162,9 @@ def test_planner_and_mechanism_agree_on_when_sums_are_rounded(quantum, noise, no
     release = mechanism(np.array([5, -7], dtype=np.int64), planned, SecureRandom(1), sensitivity=sensitivity,
                         max_partitions=2, quantum=quantum)
     assert release.event.sensitivity == effective and effective / planned <= sensitivity / noise
-    if norm == 1:  # (norm 2 always adds sqrt(2) steps for the discrete Gaussian)
-        assert (planned == noise) == (effective == sensitivity) == (granularity(noise) <= quantum)
+    step = granularity(planned)  # both norms always add a step per changed cell in their norm for discreteness
+    assert (rounded_sensitivity(sensitivity, step, step <= quantum, 2, norm) == sensitivity) == (step <= quantum)
+    assert effective == grid_sensitivity(sensitivity, step, step <= quantum, 2, norm) > sensitivity
 
 
 def test_peak_and_svt_plan_the_rounding_of_their_division():
