@@ -12,7 +12,13 @@ from dpstream.accounting.events import ZCDP, GaussianThreshold
 from dpstream.accounting.numerics import epsilon_from_delta_curve, expanding_upper, log_sub_exp
 from dpstream.pipelines.mechanisms.additive import noisy_on_grid
 from dpstream.pipelines.mechanisms.fixedpoint import is_power_of_two
-from dpstream.pipelines.mechanisms.noise import SecureRandom, granularity, grid_sensitivity, rounded_sensitivity, to_grid
+from dpstream.pipelines.mechanisms.noise import (
+    SecureRandom,
+    granularity,
+    grid_sensitivity,
+    rounded_sensitivity,
+    to_grid,
+)
 from dpstream.pipelines.mechanisms.release import Release, checked_rng, count, positive, release, vector
 
 

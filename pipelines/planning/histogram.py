@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from dpstream.accounting.calibrate import Release
 from dpstream.accounting.events import ZCDP, Event, Gaussian, GaussianThreshold, Laplace
 from dpstream.pipelines.config.specs import ContributionBounds, HistogramSpec, Noise, Selection
+from dpstream.pipelines.mechanisms.noise import rounded_sensitivity
 from dpstream.pipelines.planning.context import Draft, PlanningContext
 from dpstream.pipelines.planning.errors import PlanningError
-from dpstream.pipelines.mechanisms.noise import rounded_sensitivity
 from dpstream.pipelines.planning.grid import grid_noise
 
 SELECTION_MECHANISMS = {"gaussian": "gaussian_threshold", "truncated": "truncated_gaussian", "distinct": "distinct_threshold"}
