@@ -194,7 +194,7 @@ class HistogramPlan:
                 f"({self.runs} windows composed per privacy unit): every listed partition appears, empty or not, with "
                 f"discrete Laplace noise (scale {self.noise:.6g}, standard deviation {self.noise_stddev:.6g}), "
                 f"independent per cell; one user changes at most {self.cells} (window, partition) cells by at "
-                f"most {self.event.sensitivity:.6g} each, composed as {self.cells} events {self.event!r}."
+                f"most {self.sensitivity / self.max_partitions:.6g} each, composed as {self.cells} events {self.event!r}."
             )
         return (
             f"Histogram {self.name!r} over {len(self.listed)} public partitions, one release per window "
