@@ -159,9 +159,6 @@ def parse(document: dict[str, Any], path: str) -> Job:
     beam = _beam(check, sections["beam"])
     if input_spec.format == PUBSUB and any(r.kind == "svt" for r in releases):
         check.fail("svt releases continue across scheduled batch runs and cannot be part of a streaming (pubsub) job")
-    if input_spec.format == PUBSUB and (privacy.bounds.max_windows or privacy.bounds.max_partitions_total):
-        check.fail("privacy.max_windows and privacy.max_partitions_total apply to batch inputs only: a streaming "
-                   "(pubsub) job would have to choose a user's windows before its later windows arrive")
     name = os.path.splitext(os.path.basename(path))[0]
     return Job(os.path.abspath(path), name, input_spec, window, privacy, releases, output, beam)
 

@@ -18,12 +18,17 @@ clipped to [min_value, max_value] (DESIGN.md section 1). Steps:
 3. Per user, keep `max_partitions` of their partitions, chosen uniformly
    (smallest random key per (user, window, partition)), then sum per partition.
 
-Across windows (`cap`, from `[privacy] max_windows` C; batch inputs only): the pieces of every window are
-grouped per user shard instead, and before step 3 each unit (user, or user and unit period) keeps its records
-in only the C of its windows with the smallest random keys (`capped_windows`), so a unit reaches at most C
-windows; with `cap.max_cells` T (`[privacy] max_partitions_total`), after step 3 each unit keeps its T
-(window, partition) cells with the largest |bounded sum|, ties at random. Each unit's choice depends only on its
-own records and independent keys. Proof: docs/proofs/pipelines.transforms.bounding.max_windows.md.
+Across windows (`cap`, from `[privacy] max_windows` C and `[privacy] max_partitions_total` T):
+- batch: the pieces of every window are grouped per user shard instead, and before step 3 each unit (user, or
+  user and unit period) keeps its records in only the C of its windows with the smallest random keys
+  (`capped_windows`), so a unit reaches at most C windows; after step 3 each unit keeps its T (window,
+  partition) cells with the largest |bounded sum|, ties at random;
+- streaming: a window cannot wait for later ones, so each unit keeps its first C windows in window order, and
+  its first T cells (the heaviest of each window while any remain); `_CapInWindowOrder` holds each user
+  shard's count per unit in keyed state and takes the windows strictly in index order, whatever order they
+  arrive in.
+Each unit's choice depends only on its own records and independent keys, never on arrival order. Proof:
+docs/proofs/pipelines.transforms.bounding.max_windows.md.
 
 Proof: docs/proofs/pipelines.transforms.bounding.BoundContributions.md.
 With `units`, step 3 also counts, per partition, the users it kept (each
@@ -51,6 +56,8 @@ import apache_beam as beam
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+from apache_beam.coders import PickleCoder
+from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateSpec
 from apache_beam.transforms.window import GlobalWindows, TimestampedValue
 
 from dpstream.connectors.schema import EVENT_SCHEMA
@@ -58,7 +65,12 @@ from dpstream.pipelines.config.specs import ContributionBounds, WindowSpec
 from dpstream.pipelines.mechanisms.fixedpoint import group_sums, to_units
 from dpstream.pipelines.mechanisms.noise import SecureRandom
 from dpstream.pipelines.planning.windows import WindowCap
-from dpstream.pipelines.transforms.windowing import beam_windows, window_indices, window_timestamp
+from dpstream.pipelines.transforms.windowing import (
+    AttachWindowTimestamp,
+    beam_windows,
+    window_indices,
+    window_timestamp,
+)
 
 _MIX = np.uint64(0x9E3779B97F4A7C15)
 
@@ -327,6 +339,102 @@ class _BoundCapped(beam.DoFn):
         return keep[row_pair.ravel()]
 
 
+class _BoundWindowCells(beam.DoFn):
+    """All pieces of one (window, shard) -> (shard, (window index, users, partitions, bounded sums)): steps 2 and 3
+    without summing, timestamped for its window; every (window, shard) has one element (empty pieces included)."""
+
+    def __init__(self, bounds: ContributionBounds, window: WindowSpec, seed):
+        self._bounds = bounds
+        self._window = window
+        self._seed = seed
+
+    def setup(self):
+        self._keys = _Keys(self._seed, "records")
+        self._partition_keys = _Keys(self._seed, "partitions")
+
+    def process(self, element):
+        (index, shard), pieces = element
+        pieces = [piece for piece in pieces if len(piece)]
+        if pieces:
+            cells = _kept_cells(pd.concat(pieces, ignore_index=True), index, self._bounds, self._keys,
+                                self._partition_keys)
+        else:
+            cells = (np.array([], dtype=object), np.array([], dtype=object), np.array([], dtype=np.int64))
+        yield TimestampedValue((shard, (index, *cells)), window_timestamp(self._window, index))
+
+
+class _CapInWindowOrder(beam.DoFn):
+    """(shard, one window's kept cells) -> (window index, bounded sums), each unit in its first cap.max_windows
+    windows and first cap.max_cells cells (streaming).
+
+    Windows are taken strictly in index order: one that arrives early waits in `PENDING` until every earlier
+    window of the shard has been taken (each (window, shard) sends exactly one element). `UNITS` holds the
+    current unit period and, per user, (windows kept, cells kept) in it; the unit's first windows in index order are kept
+    until it has C, and within a kept window its heaviest cells (`heaviest_first`) while it has fewer than T.
+    Outputs carry their window's timestamp: never late, because the input watermark cannot pass an earlier
+    window's element before it arrives.
+    """
+
+    PENDING = BagStateSpec("pending", PickleCoder())
+    NEXT = ReadModifyWriteStateSpec("next", PickleCoder())
+    UNITS = ReadModifyWriteStateSpec("units", PickleCoder())
+
+    def __init__(self, window: WindowSpec, cap: WindowCap, seed, units: bool = False):
+        self._window = window
+        self._cap = cap
+        self._seed = seed
+        self._units = units
+
+    def setup(self):
+        self._cell_keys = _Keys(self._seed, "cells")
+
+    def process(self, element, pending=beam.DoFn.StateParam(PENDING), following=beam.DoFn.StateParam(NEXT),
+                kept=beam.DoFn.StateParam(UNITS)):
+        _, cells = element
+        waiting = {item[0]: item for item in pending.read()}
+        waiting[cells[0]] = cells
+        index, (period, counts) = following.read() or 0, kept.read() or (None, {})
+        while index in waiting:
+            cells = waiting.pop(index)
+            if self._cap.unit_of_window[index] != period:  # a new unit period: every unit starts afresh
+                period, counts = self._cap.unit_of_window[index], {}
+            yield self._take(cells, counts)
+            index += 1
+        pending.clear()
+        for item in waiting.values():
+            pending.add(item)
+        following.write(index)
+        kept.write((period, counts))
+
+    def _take(self, cells, counts: dict) -> TimestampedValue:
+        """One window's cells -> its bounded sums over the cells each unit may still keep; `counts` (user ->
+        (windows, cells) kept so far in this unit period) is updated."""
+        index, users, labels, sums = cells
+        keep = np.zeros(users.size, dtype=bool)
+        if users.size:
+            codes, names = pd.factorize(users)
+            keys = self._cell_keys.draw(users.size, lambda: (
+                self._cell_keys.strings(np.asarray(names))[codes], self._cell_keys.strings(labels),
+                np.int64(index)))
+            order, rank = _group_ranks(codes.astype(np.int64), heaviest_first(sums, keys))
+            before = [counts.get(name, (0, 0)) for name in names]
+            room = np.array([self._room(*counted) for counted in before], dtype=np.int64)
+            chosen = order[rank < room[codes[order]]]
+            keep[chosen] = True
+            taken = np.bincount(codes[chosen], minlength=len(names))
+            for name, (windows, cells_kept), count in zip(names, before, taken):
+                if count:
+                    counts[name] = (windows + 1, cells_kept + int(count))
+        return TimestampedValue((index, _totals(labels[keep], sums[keep], self._units)),
+                                window_timestamp(self._window, index))
+
+    def _room(self, windows: int, cells: int) -> int:
+        """How many of its cells in this window a unit with `windows` windows and `cells` cells kept may keep."""
+        if self._cap.max_windows is not None and windows >= self._cap.max_windows:
+            return 0
+        return np.iinfo(np.int64).max if self._cap.max_cells is None else self._cap.max_cells - cells
+
+
 class BoundContributions(beam.PTransform):
     """Record batches -> (window index, per-partition bounded sums) per window and user shard.
 
@@ -378,11 +486,10 @@ class BoundContributions(beam.PTransform):
         )
 
     def _capped(self, batches, pieces):
-        """Each user shard's pieces of every window together, so that a unit's windows can be capped (batch only:
-        in a stream, later windows have not arrived when earlier ones are released)."""
+        """Each user shard's pieces of every window together, so that a unit's windows can be capped; in a stream,
+        per window in window order (`_CapInWindowOrder`)."""
         if not batches.is_bounded:
-            raise ValueError("privacy.max_windows needs a bounded (batch) input: a streaming run would have to "
-                             "choose a unit's windows before seeing the later ones")
+            return self._capped_stream(pieces)
         return (
             pieces
             | "Key by shard" >> beam.MapTuple(lambda key, frame: (key[1], (key[0], frame)))
@@ -391,4 +498,22 @@ class BoundContributions(beam.PTransform):
             | "Cap windows, bound users" >> beam.ParDo(_BoundCapped(self._bounds, self._window, self._cap, self._seed,
                                                                    self._units))
             | "Window" >> beam.WindowInto(beam_windows(self._window))
+        )
+
+    def _capped_stream(self, pieces):
+        every = [((index, shard), pd.DataFrame()) for index in range(self._window.count) for shard in range(self._shards)]
+        empty = (
+            pieces.pipeline
+            | "Every window and shard" >> beam.Create(every)
+            | "Timestamp every window" >> beam.ParDo(AttachWindowTimestamp(self._window, key=lambda key: key[0]))
+        )
+        return (
+            (pieces, empty)
+            | "With every window" >> beam.Flatten()
+            | "Window" >> beam.WindowInto(beam_windows(self._window))
+            | "Group per window" >> beam.GroupByKey()
+            | "Bound users" >> beam.ParDo(_BoundWindowCells(self._bounds, self._window, self._seed))
+            | "One window for all" >> beam.WindowInto(GlobalWindows())
+            | "Cap in window order" >> beam.ParDo(_CapInWindowOrder(self._window, self._cap, self._seed, self._units))
+            | "Window again" >> beam.WindowInto(beam_windows(self._window))
         )

@@ -165,10 +165,13 @@ def release_rng(seed: int | None, release: str, index: int) -> SecureRandom:
 
 
 class AttachWindowTimestamp(beam.DoFn):
-    """(window index, value) -> the same element at `window_timestamp`, so `beam_windows` can group it."""
+    """(window index, value) -> the same element at `window_timestamp`, so `beam_windows` can group it; `key`
+    finds the window index in another key (e.g. (index, shard))."""
 
-    def __init__(self, window: WindowSpec):
+    def __init__(self, window: WindowSpec, key=None):
         self._window = window
+        self._key = key
 
     def process(self, element):
-        yield beam.window.TimestampedValue(element, window_timestamp(self._window, element[0]))
+        index = element[0] if self._key is None else self._key(element[0])
+        yield beam.window.TimestampedValue(element, window_timestamp(self._window, index))

@@ -4,11 +4,12 @@ from __future__ import annotations
 from collections import defaultdict
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 
 from dpstream.connectors.schema import EVENT_SCHEMA, MICROS
 from dpstream.pipelines.transforms.aggregation import SumSeriesFn, empty_sums, empty_sums_and_units
-from dpstream.pipelines.transforms.bounding import _BoundCapped, _BoundWindow, _PreAggregate
+from dpstream.pipelines.transforms.bounding import _BoundCapped, _BoundWindow, _kept_cells, _Keys, _PreAggregate
 
 START = 1356998400  # 2013-01-01T00:00:00Z
 DAY = 86400
@@ -34,9 +35,8 @@ def random_events(n, days, n_users, partitions, seed=1, skip_days=(), values=Fal
     return events(users[order], seconds[order], chosen[order], None if vals is None else vals[order])
 
 
-def bounded_sums(batches, bounds, window, partitions=None, seed=0, shards=1, units=False, cap=None) -> dict:
-    """Window index -> per-partition bounded sums (with `units`: sums and users), by the BoundContributions DoFns
-    without Beam (`cap`: a `WindowCap`, applied per user shard over every window as the capped path does)."""
+def _pieces(batches, bounds, window, partitions, seed, shards) -> dict:
+    """(window, shard) -> the pre-aggregated pieces of `batches` (`_PreAggregate`)."""
     pre = _PreAggregate(bounds, window, partitions, seed, shards)
     pre.setup()
     pieces = defaultdict(list)
@@ -44,6 +44,23 @@ def bounded_sums(batches, bounds, window, partitions=None, seed=0, shards=1, uni
         for timestamped in pre.process(batch):
             key, frame = timestamped.value
             pieces[key].append(frame)
+    return pieces
+
+
+def bounded_cells(batches, bounds, window, partitions=None, seed=0) -> dict:
+    """Window index -> [(user, partition, bounded sum)] kept by steps 2 and 3 (`_kept_cells`), one user shard."""
+    keys, partition_keys = _Keys(seed, "records"), _Keys(seed, "partitions")
+    cells = {}
+    for (index, _), frames in _pieces(batches, bounds, window, partitions, seed, 1).items():
+        users, labels, sums = _kept_cells(pd.concat(frames, ignore_index=True), index, bounds, keys, partition_keys)
+        cells[index] = list(zip(users, labels, sums))
+    return cells
+
+
+def bounded_sums(batches, bounds, window, partitions=None, seed=0, shards=1, units=False, cap=None) -> dict:
+    """Window index -> per-partition bounded sums (with `units`: sums and users), by the BoundContributions DoFns
+    without Beam (`cap`: a `WindowCap`, applied per user shard over every window as the capped path does)."""
+    pieces = _pieces(batches, bounds, window, partitions, seed, shards)
     partial = defaultdict(list)
     if cap is None:
         bound = _BoundWindow(bounds, seed, units)

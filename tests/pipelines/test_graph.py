@@ -118,6 +118,35 @@ def test_streaming_with_out_of_order_batches_equals_batch(plan, batch_rows):
             assert_that(rows, equal_to(batch_rows[name]), label=f"Streaming equals batch {name}")
 
 
+def _run_graph(batches_or_stream, plan, bounds, streaming: bool) -> dict:
+    directory = tempfile.mkdtemp(prefix="dpstream-graph-")
+    options = PipelineOptions()
+    options.view_as(StandardOptions).streaming = streaming
+    with TestPipeline(options=options) as pipeline:
+        outputs = release_graph(pipeline | batches_or_stream, RELEASES, plan, bounds, WINDOW, seed=SEED)[0]
+        for name, rows in outputs.items():
+            assert_that(rows, _store(os.path.join(directory, f"{name}.json")), label=f"Store {name}")
+    return {name: json.load(open(os.path.join(directory, f"{name}.json"))) for name in outputs}
+
+
+def test_streaming_with_a_window_cap_equals_batch_where_no_user_exceeds_it():
+    """max_windows = 3 of 4 windows, day 2 empty: no user reaches more than 3 windows, so the stream's first 3
+    and the batch's random 3 keep the same records, and every release kind gives the batch rows (noise seeded
+    per release and window)."""
+    bounds = ContributionBounds(max_partitions=2, max_contributions=3, max_windows=3)
+    capped = plan_job(RELEASES, bounds, WINDOW, 3.0, 1e-6)
+    assert capped.window_cap is not None and capped["known"].runs == 3
+    common, rare = _data()
+    chunks = _chunks(common, rare)
+    stream = TestStream()
+    for chunk in chunks[::-1]:  # the latest first
+        stream.add_elements([beam.window.TimestampedValue(chunk, START + 1)])
+    stream.advance_watermark_to_infinity()
+    batch = _run_graph(beam.Create(chunks), capped, bounds, streaming=False)
+    assert _run_graph(stream, capped, bounds, streaming=True) == batch
+    assert len(batch["known"]) == DAYS * len(LISTED) and len(batch["peak"]) == 2
+
+
 def test_plan_must_match_the_graph(plan):
     with pytest.raises(ValueError, match="the plan was made for bounds"):
         with TestPipeline() as pipeline:

@@ -102,16 +102,13 @@ def test_bad_values_name_file_and_key(tmp_path, old, new, message):
     assert "\n" not in text
 
 
-def test_max_windows_is_for_batch_inputs(tmp_path):
+def test_max_windows_is_read_for_batch_and_streaming_inputs(tmp_path):
     streaming = BASE.replace('format = "csv"\npath = "events.csv"',
                              'format = "pubsub"\nsubscription = "projects/p/subscriptions/s"')
-    with pytest.raises(jobfile.JobFileError, match="apply to batch inputs only"):
-        _load(tmp_path, streaming.replace("[privacy]\n", "[privacy]\nmax_windows = 2\n"))
-    bounds = _load(tmp_path, BASE.replace("[privacy]\n", "[privacy]\nmax_windows = 2\nmax_partitions_total = 3\n")
-                   ).privacy.bounds
-    assert (bounds.max_windows, bounds.max_partitions_total) == (2, 3)
-    with pytest.raises(jobfile.JobFileError, match="apply to batch inputs only"):
-        _load(tmp_path, streaming.replace("[privacy]\n", "[privacy]\nmax_partitions_total = 3\n"))
+    caps = "[privacy]\nmax_windows = 2\nmax_partitions_total = 3\n"
+    for text in (BASE, streaming):
+        bounds = _load(tmp_path, text.replace("[privacy]\n", caps)).privacy.bounds
+        assert (bounds.max_windows, bounds.max_partitions_total) == (2, 3)
 
 
 def test_selection_for_unknown_partitions(tmp_path):

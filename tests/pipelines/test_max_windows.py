@@ -11,6 +11,7 @@ import tempfile
 
 import apache_beam as beam
 import numpy as np
+import pyarrow as pa
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.test_pipeline import TestPipeline
@@ -31,9 +32,10 @@ from dpstream.pipelines.config.specs import (
 from dpstream.pipelines.mechanisms.noise import SecureRandom
 from dpstream.pipelines.planning import plan_job
 from dpstream.pipelines.planning.windows import WindowCap
-from dpstream.pipelines.transforms.bounding import BoundContributions, capped_windows
+from dpstream.pipelines.transforms.aggregation import PerWindowSums
+from dpstream.pipelines.transforms.bounding import BoundContributions, _CapInWindowOrder, capped_windows
 from tests.falsification.harness import audit
-from tests.pipelines.helpers import DAY, START, bounded_sums, events, random_events
+from tests.pipelines.helpers import DAY, START, bounded_cells, bounded_sums, events, random_events
 
 W = 8
 WINDOW = WindowSpec(size=DAY, start=START, end=START + W * DAY)
@@ -171,14 +173,9 @@ def test_a_total_cell_cap_bounds_the_cells_one_user_moves(shards):
     assert np.count_nonzero(moved) == 16
 
 
-def test_the_beam_transform_equals_the_dofns_and_refuses_streams():
-    bounds = _bounds(3, max_partitions=2, max_contributions=2, max_partitions_total=5)
-    cap = plan_job((HistogramSpec("h", partitions=("A", "B", "C")),), bounds, WINDOW, 1.0, 1e-6).window_cap
-    assert cap == WindowCap(3, 5, (0,) * W)
-    batches = _heavy_and_others(True)
-    directory = tempfile.mkdtemp(prefix="dpstream-cap-")
-
-    def store(actual):  # per (window, shard) partial sums, added up per window
+def _store_sums(directory: str):
+    """An assert_that matcher that writes the (window, shard) partial sums, added up per window, to sums.json."""
+    def store(actual):
         totals: dict[str, dict[str, int]] = {}
         for index, sums in actual:
             for partition, value in sums.items():
@@ -186,17 +183,171 @@ def test_the_beam_transform_equals_the_dofns_and_refuses_streams():
                 window[str(partition)] = window.get(str(partition), 0) + int(value)
         with open(os.path.join(directory, "sums.json"), "w") as handle:
             json.dump(totals, handle)
+    return store
 
+
+def _nonzero(sums: dict) -> dict:
+    return {str(i): {str(k): int(v) for k, v in s.items() if v} for i, s in sums.items() if any(s.values)}
+
+
+def test_the_beam_transform_equals_the_dofns():
+    bounds = _bounds(3, max_partitions=2, max_contributions=2, max_partitions_total=5)
+    cap = plan_job((HistogramSpec("h", partitions=("A", "B", "C")),), bounds, WINDOW, 1.0, 1e-6).window_cap
+    assert cap == WindowCap(3, 5, (0,) * W)
+    batches = _heavy_and_others(True)
+    directory = tempfile.mkdtemp(prefix="dpstream-cap-")
     with TestPipeline() as pipeline:
         sums = pipeline | beam.Create(batches) | BoundContributions(bounds, WINDOW, seed=4, shards=2, cap=cap)
-        assert_that(sums, store)
+        assert_that(sums, _store_sums(directory))
     got = json.load(open(os.path.join(directory, "sums.json")))
-    expected = bounded_sums(batches, bounds, WINDOW, seed=4, shards=2, cap=cap)
-    assert got == {str(i): {str(k): int(v) for k, v in s.items() if v} for i, s in expected.items()}
-    with pytest.raises(ValueError, match="max_windows needs a bounded"):
+    assert got == _nonzero(bounded_sums(batches, bounds, WINDOW, seed=4, shards=2, cap=cap))
+
+
+def first_windows_oracle(batches, bounds: ContributionBounds, cap: WindowCap, seed: int) -> dict:
+    """The streaming rule, written plainly: windows in index order; a unit (user, unit period) keeps every kept
+    cell of a window while it has kept fewer than C windows, and nothing after (max_windows only)."""
+    per_window = bounded_cells(batches, bounds, WINDOW, seed=seed)
+    windows_kept: dict[tuple[str, int], int] = {}
+    sums: dict[int, dict[str, int]] = {}
+    for index in sorted(per_window):
+        units = {(user, cap.unit_of_window[index]) for user, _, _ in per_window[index]}
+        open_units = {unit for unit in units if windows_kept.get(unit, 0) < cap.max_windows}
+        for user, partition, value in per_window[index]:
+            if (user, cap.unit_of_window[index]) in open_units:
+                window = sums.setdefault(index, {})
+                window[partition] = window.get(partition, 0) + int(value)
+        for unit in open_units:
+            windows_kept[unit] = windows_kept.get(unit, 0) + 1
+    return {str(i): {p: v for p, v in s.items() if v} for i, s in sums.items() if any(s.values())}
+
+
+def _stream(batches_by_step, watermarks):
+    """A TestStream that adds each group of batches, then advances the watermark to its time (seconds)."""
+    stream = TestStream()
+    for batches, seconds in zip(batches_by_step, watermarks):
+        stream = stream.add_elements(batches).advance_watermark_to(seconds)
+    return stream.advance_watermark_to_infinity()
+
+
+def _split_by_day(batch, days):
+    seconds = batch.column(1).to_numpy() / 1e6
+    mask = np.isin(((seconds - START) // DAY).astype(int), list(days))
+    return batch.filter(pa.array(mask))
+
+
+@pytest.mark.parametrize("order, shards, period", [("later windows first", 1, None), ("later windows first", 2, None),
+                                                   ("in order, watermark per window", 2, None),
+                                                   ("in order, watermark per window", 1, 4 * DAY)])
+def test_a_stream_keeps_each_units_first_c_windows_in_window_order(order, shards, period):
+    """Streaming max_windows: each unit keeps its first C = 2 windows by index (per unit period of 4 days: in
+    each period), whatever order the records arrive in (the rule of `first_windows_oracle`); every window is
+    released once, none is dropped as late."""
+    bounds = _bounds(2, max_partitions=2, max_contributions=2)
+    cap = plan_job((HistogramSpec("h", partitions=("A", "B", "C")),), bounds, WINDOW, 1.0, 1e-6,
+                   unit_period=period).window_cap
+    assert cap.unit_of_window == tuple(i // 4 if period else 0 for i in range(W))
+    batches = _heavy_and_others(True)
+    if order == "later windows first":
+        steps = [[_split_by_day(b, range(4, W)) for b in batches], [_split_by_day(b, range(4)) for b in batches]]
+        watermarks = [START + 1, START + 2]
+    else:
+        steps = [[_split_by_day(b, [day]) for b in batches] for day in range(W)]
+        watermarks = [START + (day + 1) * DAY for day in range(W)]
+    directory = tempfile.mkdtemp(prefix="dpstream-stream-cap-")
+    with TestPipeline(options=PipelineOptions(streaming=True)) as pipeline:
+        sums = (pipeline | _stream(steps, watermarks)
+                | BoundContributions(bounds, WINDOW, seed=4, shards=shards, cap=cap)
+                | PerWindowSums(WINDOW))
+        assert_that(sums, _store_sums(directory))
+    got = json.load(open(os.path.join(directory, "sums.json")))
+    assert got == first_windows_oracle(batches, bounds, cap, seed=4)
+
+
+class _Bag:
+    def __init__(self):
+        self.items = []
+
+    def read(self):
+        return list(self.items)
+
+    def add(self, item):
+        self.items.append(item)
+
+    def clear(self):
+        self.items = []
+
+
+class _Value:
+    def __init__(self):
+        self.value = None
+
+    def read(self):
+        return self.value
+
+    def write(self, value):
+        self.value = value
+
+
+def _cells_by_window(batches, bounds):
+    cells = bounded_cells(batches, bounds, WINDOW, seed=4)
+    return {index: (index, *(np.array([c[i] for c in cells.get(index, [])], dtype=object if i < 2 else np.int64)
+                             for i in range(3))) for index in range(W)}
+
+
+@pytest.mark.parametrize("caps", [dict(max_windows=2), dict(max_partitions_total=3)], ids=["C=2", "T=3"])
+def test_windows_arriving_out_of_order_are_taken_in_index_order(caps):
+    """The DoFn with in-memory state: windows fed in a shuffled order give exactly the outputs of index order,
+    each once, and none before every earlier window arrived. Negative control: taking each window as it arrives
+    (no waiting) keeps other windows for the heavy user."""
+    bounds = _bounds(max_partitions=2, max_contributions=2, **caps)
+    cap = plan_job((HistogramSpec("h", partitions=("A", "B", "C")),), bounds, WINDOW, 1.0, 1e-6).window_cap
+    cells = _cells_by_window(_heavy_and_others(True), bounds)
+
+    def run(order):
+        fn = _CapInWindowOrder(WINDOW, cap, seed=4)
+        fn.setup()
+        pending, following, kept, released = _Bag(), _Value(), _Value(), {}
+        for index in order:
+            for out in fn.process((0, cells[index]), pending, following, kept):
+                window, sums = out.value
+                assert window not in released and all(i in released for i in range(window))
+                released[window] = {k: int(v) for k, v in sums.items()}
+        assert sorted(released) == list(range(W)) and not pending.read()
+        return released
+
+    in_order = run(range(W))
+    for seed in range(3):
+        assert run(np.random.default_rng(seed).permutation(W)) == in_order
+    eager = _CapInWindowOrder(WINDOW, cap, seed=4)
+    eager.setup()
+    counts: dict = {}
+    as_they_come = {}
+    for index in (7, 6, 5, 4, 3, 2, 1, 0):
+        window, sums = eager._take(cells[index], counts).value
+        as_they_come[window] = {k: int(v) for k, v in sums.items()}
+    assert as_they_come != in_order
+
+
+@pytest.mark.parametrize("caps", [dict(max_windows=2), dict(max_partitions_total=3)], ids=["C=2", "T=3"])
+def test_in_a_stream_one_user_moves_at_most_c_windows_or_t_cells(caps):
+    """Neighbours differing in a user present in every window and partition: streamed, the bounded sums differ
+    in at most C = 2 windows (L0 = 2, Linf = 2: by L1 <= 8), or in at most T = 3 cells by at most Linf each.
+    The negative control is the uncapped difference of the batch tests (8 windows, 16 cells)."""
+    bounds = _bounds(max_partitions=2, max_contributions=2, **caps)
+    cap = plan_job((HistogramSpec("h", partitions=("A", "B", "C")),), bounds, WINDOW, 1.0, 1e-6).window_cap
+    vectors = []
+    for heavy in (True, False):
+        directory = tempfile.mkdtemp(prefix="dpstream-stream-cap-")
         with TestPipeline(options=PipelineOptions(streaming=True)) as pipeline:
-            stream = pipeline | TestStream().add_elements(batches).advance_watermark_to_infinity()
-            stream | BoundContributions(bounds, WINDOW, seed=4, cap=cap)
+            sums = (pipeline | _stream([_heavy_and_others(heavy)], [START + 1])
+                    | BoundContributions(bounds, WINDOW, seed=7, shards=2, cap=cap) | PerWindowSums(WINDOW))
+            assert_that(sums, _store_sums(directory))
+        vectors.append(_vector({int(i): s for i, s in json.load(open(os.path.join(directory, "sums.json"))).items()}))
+    difference = np.abs(vectors[0] - vectors[1])
+    if "max_windows" in caps:
+        assert np.count_nonzero(difference.sum(axis=1)) == 2 and difference.sum() <= 8
+    else:
+        assert np.count_nonzero(difference) == 3 and difference.max() <= 2
 
 
 def test_max_windows_is_a_positive_integer():
