@@ -30,6 +30,7 @@ from dpstream.pipelines.config.specs import (
     MAX_WINDOWS,
     ContributionBounds,
     HistogramSpec,
+    Metric,
     Noise,
     PeakSpec,
     ReleaseKind,
@@ -51,7 +52,7 @@ PUBSUB_INPUT_KEYS = (
 )
 PUBSUB = "pubsub"  # streaming input (connectors.pubsub); needs the pubsub extra
 RELEASE_KEYS: dict[ReleaseKind, tuple[str, ...]] = {
-    ReleaseKind.HISTOGRAM: ("partitions", "noise", "selection", "clamp"),
+    ReleaseKind.HISTOGRAM: ("partitions", "noise", "selection", "clamp", "metric"),
     ReleaseKind.TOPK: ("partitions", "k", "counts"),
     ReleaseKind.PEAK: ("period", "maximum"),
     ReleaseKind.SVT: ("partitions", "maximum", "threshold", "sigma_threshold", "sigma_query", "metric", "method",
@@ -332,6 +333,7 @@ def _histogram(check: "_Checker", entry: dict, where: str, name: str, weight: fl
         noise=check.choice(entry, where, "noise", tuple(Noise), default=Noise.GAUSSIAN),
         selection=check.choice(entry, where, "selection", tuple(Selection), default=Selection.GAUSSIAN),
         clamp=check.flag(entry, where, "clamp", default=False),
+        metric=check.choice(entry, where, "metric", tuple(Metric), default=Metric.SUM),
     )
 
 

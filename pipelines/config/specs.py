@@ -9,6 +9,7 @@ time range it covers.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -302,6 +303,27 @@ class Selection(StrEnum):
     DISTINCT = "distinct"
 
 
+class Metric(StrEnum):
+    """What a histogram counts per partition and window (`HistogramSpec.metric`): the bounded values' sum (the
+    default; a count when min_value = max_value), the bounded records (each worth 1 whatever the value bounds),
+    or the distinct privacy units (users)."""
+
+    SUM = "sum"
+    COUNT = "count"
+    USERS = "users"
+
+
+def metric_bounds(metric: "Metric", bounds: "ContributionBounds") -> "ContributionBounds":
+    """The contribution bounds a histogram's metric is computed under: the job's for sum; counting bounds
+    (every record worth 1) for count; counting bounds with max_contributions 1 for users, so that each kept
+    (user, partition) adds exactly 1 and a partition's bounded sum is the number of users kept in it. The
+    other bounds (max_partitions, max_windows, max_partitions_total) are the job's."""
+    if metric == Metric.SUM:
+        return bounds
+    contributions = 1 if metric == Metric.USERS else bounds.max_contributions
+    return dataclasses.replace(bounds, max_contributions=contributions, min_value=1.0, max_value=1.0)
+
+
 class SvtMetric(StrEnum):
     """An svt release's per-window query: bounded records, bounded values, or the share of positive values."""
 
@@ -372,7 +394,7 @@ class HistogramSpec(_Release):
 
     partitions: the public partition list (every listed partition appears, with noise), or None when the
     partitions are unknown (only privately selected ones appear, chosen by `selection`). noise: for public
-    partitions. clamp: release each noisy value clamped to `ContributionBounds.sum_range` (counts at 0), which
+    partitions. metric: what is counted (`Metric`; bounded under `metric_bounds`). clamp: release each noisy value clamped to `ContributionBounds.sum_range` (counts at 0), which
     never moves it further from the truth but biases it upwards near the range's edge, so sums over partitions
     come out high; false (the default, benchmarks/clamping.py) releases the unclamped, unbiased noisy values.
     """
@@ -382,11 +404,13 @@ class HistogramSpec(_Release):
     noise: Noise = Noise.GAUSSIAN
     selection: Selection = Selection.GAUSSIAN
     clamp: bool = False
+    metric: Metric = Metric.SUM
 
     def __post_init__(self) -> None:
         super().__post_init__()
         self._set("partitions", _partition_list(self.where, self.partitions))
         self._set("noise", _member(Noise, self.where, "noise", self.noise))
+        self._set("metric", _member(Metric, self.where, "metric", self.metric))
         self._set("selection", _member(Selection, self.where, "selection", self.selection))
         _require(isinstance(self.clamp, bool), f"{self.where}: clamp must be true or false, got {self.clamp!r}")
 

@@ -22,12 +22,15 @@ from dataclasses import dataclass
 
 from dpstream.accounting.calibrate import Release
 from dpstream.accounting.events import ZCDP, Event, Gaussian, GaussianThreshold, Laplace
-from dpstream.pipelines.config.specs import ContributionBounds, HistogramSpec, Noise, Selection
+from dpstream.pipelines.config.specs import ContributionBounds, HistogramSpec, Metric, Noise, Selection, metric_bounds
 from dpstream.pipelines.mechanisms.noise import rounded_sensitivity
 from dpstream.pipelines.planning.context import Draft, PlanningContext
 from dpstream.pipelines.planning.errors import PlanningError
 from dpstream.pipelines.planning.grid import grid_noise
 
+METRIC_TEXT = {Metric.SUM: "bounded values summed", Metric.COUNT: "bounded records counted",
+               Metric.USERS: "distinct privacy units counted"}
+"""How a histogram's report names what it counts per partition and window (`specs.Metric`)."""
 SELECTION_MECHANISMS = {"gaussian": "gaussian_threshold", "truncated": "truncated_gaussian", "distinct": "distinct_threshold"}
 """Job-file `selection` value -> mechanism for histograms over unknown partitions."""
 
@@ -166,7 +169,7 @@ class HistogramPlan:
                      f" plus the records beyond each unit's first with independent discrete Gaussian noise "
                      f"sigma={self.extra_noise:.6g}")
             return (
-                f"Histogram {self.name!r} over partitions not known in advance, one release per window ({self.runs} "
+                f"Histogram {self.name!r} of {METRIC_TEXT[self.spec.metric]} over partitions not known in advance, one release per window ({self.runs} "
                 f"windows composed per privacy unit): each observed partition's number of distinct privacy units gets "
                 f"discrete Gaussian noise with sigma={self.noise:.6g}, and only partitions whose noisy number clears a "
                 f"cutoff appear, set so that one privacy unit's own partitions show with probability at most "
@@ -175,7 +178,7 @@ class HistogramPlan:
             )
         if self.mechanism == "gaussian_threshold":
             return (
-                f"Histogram {self.name!r} over partitions not known in advance, one release per window ({self.runs} "
+                f"Histogram {self.name!r} of {METRIC_TEXT[self.spec.metric]} over partitions not known in advance, one release per window ({self.runs} "
                 f"windows composed per privacy unit): each observed partition's bounded sum gets discrete Gaussian noise "
                 f"with sigma={self.noise:.6g}, and only partitions whose noisy value clears a cutoff appear, set so that "
                 f"one privacy unit's own partitions show with probability at most {self.selection_delta:.3g} "
@@ -183,21 +186,21 @@ class HistogramPlan:
             )
         if self.mechanism == "truncated_gaussian":
             return (
-                f"Histogram {self.name!r} over partitions not known in advance, one release per window ({self.runs} "
+                f"Histogram {self.name!r} of {METRIC_TEXT[self.spec.metric]} over partitions not known in advance, one release per window ({self.runs} "
                 f"windows composed per privacy unit): each observed partition's bounded sum gets discrete Gaussian noise with sigma={self.noise:.6g} "
                 f"truncated to a public level, and only partitions whose noisy value clears threshold + truncation appear "
                 f"(Cesar–Rogers Algorithm 2; per window {self.event!r}, the truncation spending delta={self.selection_delta:.3g})."
             )
         if self.mechanism == "laplace":
             return (
-                f"Histogram {self.name!r} over {len(self.listed)} public partitions, one release per window "
+                f"Histogram {self.name!r} of {METRIC_TEXT[self.spec.metric]} over {len(self.listed)} public partitions, one release per window "
                 f"({self.runs} windows composed per privacy unit): every listed partition appears, empty or not, with "
                 f"discrete Laplace noise (scale {self.noise:.6g}, standard deviation {self.noise_stddev:.6g}), "
                 f"independent per cell; one user changes at most {self.cells} (window, partition) cells by at "
                 f"most {self.sensitivity / self.max_partitions:.6g} each, composed as {self.cells} events {self.event!r}."
             )
         return (
-            f"Histogram {self.name!r} over {len(self.listed)} public partitions, one release per window "
+            f"Histogram {self.name!r} of {METRIC_TEXT[self.spec.metric]} over {len(self.listed)} public partitions, one release per window "
             f"({self.runs} windows composed per privacy unit): every listed partition appears, empty or not, with discrete gaussian noise "
             f"(noise parameter {self.noise:.6g}, standard deviation {self.noise_stddev:.6g}) calibrated to the "
             f"L2 sensitivity {self.sensitivity:.6g} of one user's bounded contributions ({self._event_scope} "
@@ -220,7 +223,9 @@ def selection_delta(context: PlanningContext) -> float:
 
 
 def draft(spec: HistogramSpec, context: PlanningContext) -> Draft[HistogramPlan]:
-    """The histogram's calibration entry (one per window a unit can touch) and how its plan is finished."""
+    """The histogram's calibration entry (one per window a unit can touch) and how its plan is finished; planned
+    under its metric's bounds (`specs.metric_bounds`), which its transform bounds the data with."""
+    context = dataclasses.replace(context, bounds=metric_bounds(spec.metric, context.bounds))
     bounds, windows = context.bounds, context.windows
     if spec.partitions is not None:
         entry = Release(spec.name, spec.noise.value, spec.weight, *_known_sensitivity(spec, context))

@@ -3,6 +3,9 @@
 Known partitions (a public list): every listed partition appears in every
 window, zero or not, with discrete Laplace noise (L1 sensitivity) or discrete
 Gaussian noise (L2 sensitivity); `mechanisms.laplace` / `mechanisms.gaussian`.
+The per-partition value is the release's metric (`specs.Metric`: the bounded
+values' sum, the bounded records, or the distinct users), bounded under
+`specs.metric_bounds`, the bounds its plan was calibrated to.
 Unknown partitions: only privately selected partitions appear, with their
 noisy sum: Gaussian thresholding (`mechanisms.gaussian_threshold`, the
 default), Gaussian thresholding of the number of distinct users
@@ -27,7 +30,7 @@ from __future__ import annotations
 import apache_beam as beam
 
 from dpstream.pipelines import mechanisms
-from dpstream.pipelines.config.specs import WindowSpec
+from dpstream.pipelines.config.specs import WindowSpec, metric_bounds
 from dpstream.pipelines.planning import HistogramPlan
 from dpstream.pipelines.transforms.aggregation import WindowedRelease
 from dpstream.pipelines.transforms.windowing import release_rng, window_bounds_iso
@@ -100,6 +103,7 @@ class PrivateHistogram(WindowedRelease):
                 "sensitivity": self._plan.sensitivity, "windows": self._plan.runs}
 
     def expand(self, batches):
-        sums = self._window_sums(batches, self._plan.spec.partitions, units=self._plan.counts_units)
+        bounds = metric_bounds(self._plan.spec.metric, self._bounds)
+        sums = self._window_sums(batches, self._plan.spec.partitions, bounds, units=self._plan.counts_units)
         return sums | "Add noise" >> beam.ParDo(_HistogramMechanism(self._plan, self._window, self._seed,
-                                                                    self._bounds.quantum))
+                                                                    bounds.quantum))

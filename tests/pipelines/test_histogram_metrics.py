@@ -1,0 +1,146 @@
+"""A histogram's `metric`: the bounded values' sum (the default), the bounded records, or the distinct privacy
+units per partition and window, each bounded and planned under `specs.metric_bounds`.
+
+Exact oracles (pandas counts of distinct users and of min(records, Linf)), the plan's sensitivities, the
+noise's law (KS, false-alarm rate 1e-3), a run on the DirectRunner, the job file key, and a DP audit of the
+users metric in which one user adds many records to a partition, with bounding by the count metric's bounds
+(the records, not the user, bounded) as the broken variant."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+
+import apache_beam as beam
+import numpy as np
+import pandas as pd
+import pytest
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that
+from scipy import stats
+
+from dpstream.pipelines.config import jobfile
+from dpstream.pipelines.config.specs import ContributionBounds, HistogramSpec, Metric, WindowSpec, metric_bounds
+from dpstream.pipelines.mechanisms.noise import SecureRandom
+from dpstream.pipelines.planning import plan_job
+from dpstream.pipelines.transforms.graph import release_graph
+from dpstream.pipelines.transforms.histogram import histogram_release
+from tests.falsification.harness import audit
+from tests.pipelines.helpers import DAY, START, bounded_sums, events, random_events
+
+W = 5
+WINDOW = WindowSpec(size=DAY, start=START, end=START + W * DAY)
+PARTITIONS = ("A", "B", "C")
+VALUES = ContributionBounds(max_partitions=3, max_contributions=4, min_value=0.0, max_value=50.0)
+
+
+def _frame(batch) -> pd.DataFrame:
+    frame = batch.to_pandas()
+    frame["window"] = (frame["timestamp"] // 1_000_000 - START) // DAY
+    return frame
+
+
+def test_metric_bounds_and_sensitivities():
+    assert metric_bounds(Metric.SUM, VALUES) == VALUES
+    count, users = metric_bounds(Metric.COUNT, VALUES), metric_bounds(Metric.USERS, VALUES)
+    assert (count.min_value, count.max_value, count.max_contributions) == (1.0, 1.0, 4) and count.counting
+    assert (users.min_value, users.max_value, users.max_contributions) == (1.0, 1.0, 1) and users.counting
+    releases = tuple(HistogramSpec(m, partitions=PARTITIONS, metric=m) for m in ("sum", "count", "users"))
+    plan = plan_job(releases, VALUES, WINDOW, 1.0, 1e-6)
+    root = math.sqrt(3)
+    assert [plan[m].sensitivity for m in ("sum", "count", "users")] == pytest.approx([root * 200, root * 4, root])
+    # equal weights: the noise scales with the sensitivity (up to each grid's discreteness term, 1e-4 here)
+    assert plan["users"].noise * 200 == pytest.approx(plan["sum"].noise, rel=1e-3)
+    assert "distinct privacy units counted" in plan["users"].describe()
+    assert "bounded records counted" in plan["count"].describe()
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_users_and_count_bounded_sums_are_exact(seed):
+    """With max_partitions >= the partitions present, users: the distinct users per (window, partition); count:
+    the sum over users of min(records, max_contributions), whatever the values."""
+    batch = random_events(3000, W, 200, list(PARTITIONS), seed=seed, values=True)
+    frame = _frame(batch)
+    per_cell = frame.groupby(["window", "partition", "user"]).size()
+    for metric, expected in ((Metric.USERS, per_cell.groupby(level=[0, 1]).size()),
+                             (Metric.COUNT, per_cell.clip(upper=4).groupby(level=[0, 1]).sum())):
+        got = bounded_sums([batch], metric_bounds(metric, VALUES), WINDOW, seed=seed)
+        flat = {(int(i), str(p)): int(v) for i, sums in got.items() for p, v in sums.items()}
+        assert flat == {(int(w), str(p)): int(n) for (w, p), n in expected.items()}
+
+
+def test_users_noise_has_the_planned_law():
+    """The users release's value minus the distinct count is discrete Gaussian with the planned sigma: KS
+    against N(0, sigma^2) over 3,000 windows' draws (false-alarm rate 1e-3)."""
+    plan = plan_job((HistogramSpec("u", partitions=PARTITIONS, metric="users"),), VALUES, WINDOW, 1.0, 1e-6)["u"]
+    sums = pd.Series([7, 0, 31], index=list(PARTITIONS))
+    rng = SecureRandom(5)
+    errors = np.concatenate([histogram_release(plan, sums, rng, 1.0)[1].value - sums.to_numpy() for _ in range(1000)])
+    assert stats.kstest(errors / plan.noise, "norm").pvalue > 1e-3
+
+
+def test_a_run_releases_distinct_users_per_partition_and_window():
+    """On the DirectRunner at epsilon 1000 (noise below 0.5): every listed partition in every window, and the
+    rounded values are the distinct users; the sum release of the same job keeps its own (value) bounds."""
+    batch = random_events(2000, W, 150, list(PARTITIONS), seed=3, values=True)
+    frame = _frame(batch)
+    distinct = frame.groupby(["window", "partition"])["user"].nunique()
+    releases = (HistogramSpec("users", partitions=PARTITIONS, metric="users"),
+                HistogramSpec("sum", partitions=PARTITIONS))
+    plan = plan_job(releases, VALUES, WINDOW, 1000.0, 1e-6)
+    assert plan["users"].noise < 0.2
+    directory = tempfile.mkdtemp(prefix="dpstream-metric-")
+
+    def store(rows):
+        with open(os.path.join(directory, "rows.json"), "w") as handle:
+            json.dump(list(rows), handle)
+
+    with TestPipeline() as pipeline:
+        outputs = release_graph(pipeline | beam.Create([batch]), releases, plan, VALUES, WINDOW, seed=8)[0]
+        assert_that(outputs["users"], store)
+    rows = json.load(open(os.path.join(directory, "rows.json")))
+    assert len(rows) == W * len(PARTITIONS)
+    starts = {pd.Timestamp(WINDOW.bounds(i)[0], unit="s", tz="UTC"): i for i in range(W)}
+    for row in rows:
+        index = starts[pd.Timestamp(row["window_start"])]
+        assert round(row["value"]) == distinct.get((index, row["partition"]), 0)
+
+
+def test_the_job_file_reads_metric(tmp_path):
+    from tests.pipelines.test_jobfile import BASE
+
+    text = BASE + '[[release]]\nkind = "histogram"\nname = "users"\nmetric = "users"\n'
+    path = tmp_path / "job.toml"
+    path.write_text(text)
+    assert jobfile.load(str(path)).releases[-1].metric == Metric.USERS
+    path.write_text(text.replace('metric = "users"', 'metric = "people"'))
+    with pytest.raises(jobfile.JobFileError, match="metric must be one of"):
+        jobfile.load(str(path))
+    path.write_text(text.replace('name = "top_k"\nk = 1', 'name = "top_k"\nk = 1\nmetric = "users"'))
+    with pytest.raises(jobfile.JobFileError, match="metric"):
+        jobfile.load(str(path))
+
+
+def test_audit_one_user_many_records_moves_the_users_metric_by_one():
+    """Laplace users metric of one partition and one window at epsilon 1. The target adds 6 records to A:
+    bounded as a user (max_contributions 1) the count moves by 1 and the audit's lower bound (confidence
+    0.999) stays below 1; bounded as records (the count metric's bounds, Linf 4, the broken variant) it moves
+    by 4 and the bound is far above 1."""
+    window = WindowSpec(size=DAY, start=START, end=START + DAY)
+    plan = plan_job((HistogramSpec("u", partitions=("A",), metric="users", noise="laplace"),), VALUES, window,
+                    1.0, 1e-6)
+    scale = plan["u"].noise
+    base = [random_events(300, 1, 80, ["A"], seed=4)]
+    target = events(["target"] * 6, [START + 60 * i for i in range(6)], ["A"] * 6)
+    rng = np.random.default_rng(21)
+    for metric, broken in ((Metric.USERS, False), (Metric.COUNT, True)):
+        bounds = metric_bounds(metric, VALUES)
+        x, x_prime = (float(bounded_sums(b, bounds, window, seed=2)[0]["A"]) for b in (base, base + [target]))
+        assert x_prime - x == (4 if broken else 1)
+
+        def sample(with_target: bool, n: int, x=x, x_prime=x_prime) -> np.ndarray:
+            return np.round((x_prime if with_target else x) + rng.laplace(0.0, scale, n) - x)
+
+        result = audit(sample, False, True, n_search=100_000, n_estimate=200_000, delta=1e-6)
+        assert (result.epsilon_lower > 1.0) == broken, str(result)
