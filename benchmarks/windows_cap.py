@@ -50,15 +50,18 @@ from dpstream.pipelines.transforms.graph import release_graph
 from dpstream.pipelines.transforms.windowing import window_indices
 
 SEED = 20
-CONFIGS = {  # data set -> (PipelineDP (M, Linf) grid, dpstream structural (L0, Linf, C) grid)
-    "flights_daily": ([(100, 1), (300, 1), (300, 2), (730, 1)], [(2, 1, 50), (3, 1, 100), (2, 1, 150)]),
-    "flights_monthly": ([(120, 2), (240, 2), (360, 3)], [(20, 2, 6), (10, 3, 12), (30, 2, None)]),
-    "synthetic": ([(4, 2), (9, 2), (12, 3)], [(2, 2, 2), (3, 2, 3), (4, 3, 3)]),
+CONFIGS = {  # data set -> (PipelineDP (M, Linf) grid, dpstream structural (L0, Linf, C) grid, dpstream (T, Linf, K))
+    "flights_daily": ([(100, 1), (300, 1), (300, 2), (730, 1)], [(2, 1, 50), (3, 1, 100), (2, 1, 150)], []),
+    "flights_monthly": ([(120, 2), (240, 2), (360, 3)], [(20, 2, 6), (10, 3, 12), (30, 2, None)],
+                        [(360, 3, 400), (360, 3, 200)]),
+    "synthetic": ([(4, 2), (9, 2), (12, 3)], [(2, 2, 2), (3, 2, 3), (4, 3, 3)], [(12, 3, 20), (12, 3, 12)]),
 }
 """Every PipelineDP (M, Linf) is paired with dpstream at the same worst-case sensitivity and the same choice of
 cells: max_partitions_total T = M, max_contributions Linf and max_partitions = every public partition (no
 per-window cut), unclamped and clamped at 0; the structural grid caps windows
-(max_windows C) and partitions per window instead."""
+(max_windows C) and partitions per window instead; the last grid adds max_contributions_total K (records per user
+over the range, from public knowledge of activity: a synthetic user has about 10 events, a NYC aircraft about
+80 departures a year) to T cells of Linf, which lowers the L2 sensitivity below sqrt(T) Linf."""
 EPSILON = {"flights_daily": 4.0, "flights_monthly": 4.0, "synthetic": 1.0}
 DRAWS = {"flights_daily": 2, "flights_monthly": 8, "synthetic": 12}
 """Runs per row, each with its own seed. One run's RMSE over n cells varies by about 1/sqrt(2n) of itself:
@@ -132,8 +135,14 @@ def dpstream_run(data: dict, bounds: ContributionBounds, epsilon: float, directo
         else:
             noisy[(starts[pd.Timestamp(row["window_start"]).timestamp()], row["partition"])] = row["value"]
     return {"seconds": seconds, "noisy": noisy, "bounded": bounded, "noise": plan["counts"].noise_stddev,
-            "composed": plan["counts"].runs, "l2": plan["counts"].event.sensitivity * math.sqrt(
-                plan["counts"].runs if plan.window_cap is None or plan.window_cap.max_cells is None else 1)}
+            "composed": plan["counts"].runs, "l2": _release_l2(plan["counts"])}
+
+
+def _release_l2(planned) -> float:
+    """The L2 sensitivity of the whole release: its event's, when planned on the whole release (a cap across
+    windows), else one window's composed over the windows a unit reaches."""
+    event = planned.event.sensitivity
+    return event if event != planned.sensitivity else event * math.sqrt(planned.runs)
 
 
 def pipelinedp_run(data: dict, max_partitions: int, linf: int, epsilon: float, directory: str) -> dict:
@@ -224,10 +233,10 @@ def _measured(runs: list[dict], raw: dict, domain, bounded=None) -> dict:
 
 
 def scenario(name: str, data: dict, directory: str, quick: bool) -> dict:
-    epsilon, (theirs, structural) = EPSILON[name], CONFIGS[name]
+    epsilon, (theirs, structural, totals) = EPSILON[name], CONFIGS[name]
     draws = 1 if quick else DRAWS[name]
     if quick:
-        theirs, structural = theirs[:1], structural[:1]
+        theirs, structural, totals = theirs[:1], structural[:1], totals[:1]
     domain = [(w, p) for w in range(data["window"].count) for p in data["partitions"]]
     raw = {key: int(n) for key, n in data["raw"].items()}
     seeds = [SEED + draw for draw in range(draws)]
@@ -240,7 +249,8 @@ def scenario(name: str, data: dict, directory: str, quick: bool) -> dict:
                     for run in runs]
         return {"tool": "dpstream", "config": label, "max_partitions": bounds.max_partitions,
                 "max_contributions": bounds.max_contributions, "max_windows": bounds.max_windows,
-                "max_partitions_total": bounds.max_partitions_total, "clamp": clamp, "l2_sensitivity": first["l2"],
+                "max_partitions_total": bounds.max_partitions_total,
+                "max_contributions_total": bounds.max_contributions_total, "clamp": clamp, "l2_sensitivity": first["l2"],
                 "windows_composed": first["composed"], "noise_stddev": first["noise"],
                 **_measured(runs, raw, domain, lambda run: run["bounded"]),
                 "expected_rmse_vs_true": float(np.mean(expected)),
@@ -263,6 +273,10 @@ def scenario(name: str, data: dict, directory: str, quick: bool) -> dict:
     for l0, linf, cap in structural:
         bounds = ContributionBounds(max_partitions=l0, max_contributions=linf, max_windows=cap)
         rows.append(ours(f"L0={l0} Linf={linf} C={cap}", bounds))
+    for cells, linf, most in totals:
+        bounds = ContributionBounds(max_partitions=len(data["partitions"]), max_contributions=linf,
+                                    max_partitions_total=cells, max_contributions_total=most)
+        rows.append(ours(f"T={cells} Linf={linf} K={most} clamped", bounds, clamp=True))
     best = {tool: min((r for r in rows if r["tool"] == tool), key=lambda r: r["rmse_vs_true"])
             for tool in ("dpstream", "pipelinedp")}
     return {"epsilon": epsilon, "delta": DELTA, "windows": data["window"].count, "draws": draws,

@@ -64,7 +64,7 @@ SECTIONS = {
     "window": ("size", "period", "start", "end", "allowed_lateness", "max_count"),
     "privacy": (
         "scope", "epsilon", "delta", "ledger", "max_partitions", "max_contributions", "max_windows",
-        "max_partitions_total", "min_value", "max_value",
+        "max_partitions_total", "max_contributions_total", "min_value", "max_value",
         "unit_period",
     ),
     "release": ("kind", "name", "weight", *dict.fromkeys(key for keys in RELEASE_KEYS.values() for key in keys)),
@@ -265,6 +265,7 @@ def _privacy(check: "_Checker", table: dict, timezone: str) -> PrivacySettings:
         max_value=check.number(table, "privacy", "max_value", default=1.0),
         max_windows=check.integer(table, "privacy", "max_windows", default=None),
         max_partitions_total=check.integer(table, "privacy", "max_partitions_total", default=None),
+        max_contributions_total=check.integer(table, "privacy", "max_contributions_total", default=None),
     )
     return PrivacySettings(
         scope=check.text(table, "privacy", "scope"),

@@ -191,7 +191,10 @@ class ContributionBounds:
     the run's range, and `max_partitions_total` T (None: no cap) in at most T (window, partition) cells, both
     chosen uniformly at random (`transforms.bounding`), so a unit's records reach at most min(C, T) of the
     per-window mechanisms and move the whole release by L2 <= sqrt(min(C L0, T)) Linf
-    (docs/proofs/pipelines.transforms.bounding.max_windows.md).
+    (docs/proofs/pipelines.transforms.bounding.max_windows.md). `max_contributions_total` K (None: no cap)
+    keeps each unit's heaviest cells while their bounded sums hold at most K records' worth of value
+    (K max(|k_min|, |k_max|) units), so one unit moves the whole release by L1 <= K |value|max and
+    L2 <= |value|max sqrt(floor(K / m) m^2 + (K mod m)^2) with m = max_contributions (`mass_l2`).
     """
 
     max_partitions: int = 1
@@ -200,9 +203,10 @@ class ContributionBounds:
     max_value: float = 1.0
     max_windows: int | None = None
     max_partitions_total: int | None = None
+    max_contributions_total: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("max_windows", "max_partitions_total"):
+        for name in ("max_windows", "max_partitions_total", "max_contributions_total"):
             value = getattr(self, name)
             _require(value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 1),
                      f"privacy.{name} must be a positive integer, got {value!r}")
@@ -210,6 +214,9 @@ class ContributionBounds:
             value = getattr(self, name)
             _require(isinstance(value, int) and not isinstance(value, bool) and value >= 1,
                      f"privacy.{name} must be a positive integer, got {value!r}")
+        _require(self.max_contributions_total is None or self.max_contributions_total >= self.max_contributions,
+                 f"privacy.max_contributions_total must be at least max_contributions ({self.max_contributions}: "
+                 f"one full cell must fit), got {self.max_contributions_total!r}")
         _require(self.max_contributions <= MAX_CONTRIBUTIONS,
                  f"privacy.max_contributions must be at most 2**32 (one user's exact sums fit in int64), "
                  f"got {self.max_contributions!r}")
@@ -255,6 +262,26 @@ class ContributionBounds:
     @property
     def l2(self) -> float:
         return math.sqrt(self.max_partitions) * self.linf
+
+    @property
+    def mass_units(self) -> int | None:
+        """The bounded value one unit may keep over the range under `max_contributions_total` K, in units of the
+        quantum: K max(|k_min|, |k_max|) (None without K)."""
+        if self.max_contributions_total is None:
+            return None
+        low, high = self.value_units
+        return self.max_contributions_total * max(abs(low), abs(high))
+
+    @property
+    def mass_l2(self) -> float | None:
+        """The largest L2 norm of a vector of cells each at most Linf with L1 norm at most the `mass_units`: full
+        cells first, sqrt(floor(K / m) Linf^2 + ((K mod m) |value|max)^2), rounded up (None without K)."""
+        if self.max_contributions_total is None:
+            return None
+        low, high = self.value_units
+        full, rest = divmod(self.max_contributions_total, self.max_contributions)
+        squares = full * self.max_contributions ** 2 + rest ** 2  # in (|k|max q)^2, an exact integer
+        return math.nextafter(math.sqrt(_rounded_up(squares)), math.inf) * max(abs(low), abs(high)) * self.quantum
 
     @property
     def sum_range(self) -> tuple[float, float]:

@@ -45,6 +45,20 @@ class PlanningContext:
         return total if total is not None and total < per_window else None
 
     @property
+    def whole_l2(self) -> float | None:
+        """The L2 sensitivity of the whole release vector of public-partition sums when a cap across windows makes
+        it smaller than per-window composition gives (sqrt(windows L0) Linf), else None: sqrt(T) Linf under
+        `max_partitions_total` T, or `ContributionBounds.mass_l2` under `max_contributions_total`, the smaller
+        (docs/proofs/pipelines.transforms.bounding.max_windows.md)."""
+        bounds, cells = self.bounds, self.total_cells
+        composed = math.sqrt(self.windows * bounds.max_partitions) * bounds.linf
+        candidates = [math.sqrt(cells) * bounds.linf] if cells is not None else []
+        if bounds.mass_l2 is not None:
+            candidates.append(bounds.mass_l2)
+        best = min(candidates, default=None)
+        return best if best is not None and best < composed else None
+
+    @property
     def total_weight(self) -> float:
         return math.fsum(r.weight for r in self.releases)
 

@@ -209,10 +209,11 @@ class HistogramPlan:
 
     @property
     def _event_scope(self) -> str:
-        """What the planned event covers: one window, or the whole release under max_partitions_total."""
+        """What the planned event covers: one window, or the whole release under a cap across windows."""
         if getattr(self.event, "sensitivity", self.sensitivity) == self.sensitivity:
             return "per window"
-        return "the whole release at once, since max_partitions_total caps the cells a user changes:"
+        return ("the whole release at once, since max_partitions_total or max_contributions_total caps what a user "
+                "changes:")
 
 
 def selection_delta(context: PlanningContext) -> float:
@@ -243,21 +244,23 @@ def draft(spec: HistogramSpec, context: PlanningContext) -> Draft[HistogramPlan]
 def _known_sensitivity(spec: HistogramSpec, context: PlanningContext) -> tuple[float, int]:
     """(sensitivity, runs) of public-partition noise.
 
-    Gaussian: per window (L2 of one window) composed over the windows a unit can touch; or, when
-    `max_partitions_total` T binds, the whole release as one event of L2 sqrt(T) Linf (exactly the composition
-    of T / max_partitions windows). Laplace: one event per (window, partition) cell a unit can change, Linf each,
-    composed over those cells (L0 per window over its windows, or T): the noise is independent per cell, so the
-    release's privacy loss is the sum of the cells' losses, and each cell's pair is dominated by Laplace at shift
-    Linf. That composition is dominated by both one Laplace event of the window's L1 per window and one of the
-    whole vector's L1 T Linf, so the accountant's bound is never above either (docs/proofs/
-    pipelines.transforms.bounding.max_windows.md, "Laplace").
+    Gaussian: per window (L2 of one window) composed over the windows a unit can touch; or, when a cap across
+    windows makes the whole release vector's L2 smaller (`PlanningContext.whole_l2`: sqrt(T) Linf under
+    `max_partitions_total` T, the mass bound under `max_contributions_total`), one event of that L2 (for T
+    exactly the composition of T / max_partitions windows). Laplace: one event per (window, partition) cell a
+    unit can change, Linf each, composed over those cells (L0 per window over its windows, or T): the noise is
+    independent per cell, so the release's privacy loss is the sum of the cells' losses, and each cell's pair
+    is dominated by Laplace at shift Linf. That composition is never noisier than one Laplace event of the
+    window's L1 per window or of the whole vector's L1 T Linf (docs/proofs/
+    pipelines.transforms.bounding.max_windows.md, "Laplace"); `max_contributions_total` does not lower it.
     """
     bounds, cells = context.bounds, context.total_cells
     if spec.noise == Noise.LAPLACE:
         return bounds.linf, cells or context.windows * bounds.max_partitions
-    if cells is None:
+    whole = context.whole_l2
+    if whole is None:
         return bounds.l2, context.windows
-    return dataclasses.replace(bounds, max_partitions=cells).l2, 1
+    return whole, 1
 
 
 def _norm_sensitivity(bounds: ContributionBounds, noise: Noise) -> float:
@@ -270,10 +273,11 @@ def _known(spec: HistogramSpec, context: PlanningContext, event: Event) -> Histo
     if isinstance(event, Laplace):  # per cell: one changed coordinate, in L1
         noise, _ = grid_noise(event.scale, event.sensitivity, bounds.quantum, changed=1, norm=1)
     elif isinstance(event, Gaussian):
-        # the cells the event's sensitivity covers: one window's, or the whole release's under max_partitions_total;
-        # rounding scales both the same way (`grid_noise`), so the per-window sensitivity the mechanism reports stays
-        # within the plan
-        changed = context.total_cells or bounds.max_partitions
+        # the cells the event's sensitivity covers: one window's, or the whole release's (`whole_l2`); rounding
+        # scales both the same way (`grid_noise`), so the per-window sensitivity the mechanism reports stays within
+        # the plan
+        whole = context.total_cells or context.windows * bounds.max_partitions
+        changed = bounds.max_partitions if context.whole_l2 is None else whole
         noise, _ = grid_noise(event.sigma, event.sensitivity, bounds.quantum, changed, norm=2)
     else:
         raise TypeError(f"histogram {spec.name!r} was calibrated to {event!r}, not Laplace or Gaussian noise")

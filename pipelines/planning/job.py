@@ -103,7 +103,8 @@ class JobPlan:
         """What `[privacy] max_windows` and `max_partitions_total` do to this plan, in words (None without them)."""
         bounds, touched = self.bounds, unit_runs(self.window, self.unit_period)
         caps = [f"{name} = {value}" for name, value in (("max_windows", bounds.max_windows),
-                                                         ("max_partitions_total", bounds.max_partitions_total))
+                                                         ("max_partitions_total", bounds.max_partitions_total),
+                                                         ("max_contributions_total", bounds.max_contributions_total))
                 if value is not None]
         if not caps:
             return None
@@ -111,15 +112,18 @@ class JobPlan:
         cap = self.window_cap
         if cap is None:
             return (f"{', '.join(caps)}: a privacy unit can touch only {touched} windows and "
-                    f"{touched * bounds.max_partitions} (window, partition) cells {where}, so nothing is capped")
+                    f"{touched * bounds.max_partitions} (window, partition) cells {where}, holding at most "
+                    f"{touched * bounds.max_partitions * bounds.max_contributions} records, so nothing is capped")
         kept = ([f"in at most {cap.max_windows} of the {touched} windows it can touch (chosen uniformly at random)"]
                 if cap.max_windows else [])
         kept += [f"in at most {cap.max_cells} (window, partition) cells (its heaviest)"] if cap.max_cells else []
+        kept += ([f"in its heaviest cells up to {cap.max_records} records' worth of value"]
+                 if cap.max_records else [])
         composed = composed_windows(self.window, self.unit_period, bounds)
         return (f"{', '.join(caps)}: each privacy unit's records are kept {' and '.join(kept)} {where}, so "
                 f"histograms, top-k and peaks compose {composed} windows instead of {touched}"
-                + (f", and histograms over public partitions are calibrated to the {cap.max_cells} cells of the whole "
-                   f"release" if cap.max_cells else "")
+                + (", and Gaussian histograms over public partitions are calibrated to the whole release"
+                   if cap.max_cells or cap.max_records else "")
                 + " (svt releases read every window: their filter is charged the same)")
 
     def monitors(self) -> tuple[SvtPlan, ...]:

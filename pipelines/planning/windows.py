@@ -100,13 +100,16 @@ def unit_runs(window: WindowSpec, grid: PeriodGrid | None) -> int:
 class WindowCap:
     """Caps across windows in force: bounding keeps each privacy unit's records in at most `max_windows` windows
     (`[privacy] max_windows`; None: no such cap) and at most `max_cells` (window, partition) cells
-    (`[privacy] max_partitions_total`; None: no such cap). The unit is a user within one unit period:
-    `unit_of_window[i]` is the unit period of window i (all 0 without a unit period), so the caps hold per user
-    and period."""
+    (`[privacy] max_partitions_total`; None: no such cap), and of those its heaviest while they hold at most
+    `max_records` records' worth of value (`[privacy] max_contributions_total`; None: no such cap; bounding
+    turns it into units of its own bounds, `ContributionBounds.mass_units`). The unit is a user within one unit
+    period: `unit_of_window[i]` is the unit period of window i (all 0 without a unit period), so the caps hold
+    per user and period."""
 
     max_windows: int | None
     max_cells: int | None
     unit_of_window: tuple[int, ...]
+    max_records: int | None = None
 
 
 def composed_windows(window: WindowSpec, grid: PeriodGrid | None, bounds: ContributionBounds) -> int:
@@ -119,12 +122,16 @@ def composed_windows(window: WindowSpec, grid: PeriodGrid | None, bounds: Contri
 
 def window_cap(window: WindowSpec, grid: PeriodGrid | None, bounds: ContributionBounds) -> WindowCap | None:
     """The caps bounding must apply, or None when there are none or none can bind: max_windows C binds below
-    the windows a unit can touch (`unit_runs`), max_partitions_total T below min(C, that) x max_partitions."""
+    the windows a unit can touch (`unit_runs`), max_partitions_total T below min(C, that) x max_partitions,
+    max_contributions_total K below the records those cells can hold (x max_contributions)."""
     touched = unit_runs(window, grid)
     windows = None if bounds.max_windows is None or bounds.max_windows >= touched else bounds.max_windows
     cells_possible = (windows or touched) * bounds.max_partitions
     total = bounds.max_partitions_total
     cells = None if total is None or total >= cells_possible else total
-    if windows is None and cells is None:
+    records_possible = (cells or cells_possible) * bounds.max_contributions
+    most = bounds.max_contributions_total
+    records = None if most is None or most >= records_possible else most
+    if windows is None and cells is None and records is None:
         return None
-    return WindowCap(windows, cells, (0,) * window.count if grid is None else unit_periods(window, grid))
+    return WindowCap(windows, cells, (0,) * window.count if grid is None else unit_periods(window, grid), records)

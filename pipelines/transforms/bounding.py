@@ -22,9 +22,10 @@ Across windows (`cap`, from `[privacy] max_windows` C and `[privacy] max_partiti
 - batch: the pieces of every window are grouped per user shard instead, and before step 3 each unit (user, or
   user and unit period) keeps its records in only the C of its windows with the smallest random keys
   (`capped_windows`), so a unit reaches at most C windows; after step 3 each unit keeps its T (window,
-  partition) cells with the largest |bounded sum|, ties at random;
+  partition) cells with the largest |bounded sum|, ties at random, and of those (`max_contributions_total` K)
+  the heaviest while their |bounded sums| add up to at most K records' worth (`within_mass`);
 - streaming: a window cannot wait for later ones, so each unit keeps its first C windows in window order, and
-  its first T cells (the heaviest of each window while any remain); `_CapInWindowOrder` holds each user
+  its first T cells (the heaviest of each window while any remain) and its first K records' worth; `_CapInWindowOrder` holds each user
   shard's count per unit in keyed state and takes the windows strictly in index order, whatever order they
   arrive in.
 Each unit's choice depends only on its own records and independent keys, never on arrival order. Proof:
@@ -50,6 +51,7 @@ Runtime: O(n log n) per batch and per window group (sorts), no per-row Python.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 
 import apache_beam as beam
@@ -261,6 +263,13 @@ class _BoundWindow(beam.DoFn):
         yield index, _totals(labels, sums, self._units)
 
 
+def unit_ids(users: np.ndarray, windows: np.ndarray, unit_of_window: tuple[int, ...]) -> np.ndarray:
+    """The privacy unit of each item: a code per distinct (user code, unit period of its window)."""
+    periods = np.asarray(unit_of_window, dtype=np.int64)[windows]
+    _, unit = np.unique(np.stack([users, periods]), axis=1, return_inverse=True)
+    return unit.ravel()
+
+
 def capped_windows(users: np.ndarray, windows: np.ndarray, limit: int | None, unit_of_window: tuple[int, ...],
                    keys: np.ndarray) -> np.ndarray:
     """Which items to keep: per user and unit period (`unit_of_window`: each window's), the `limit` items with
@@ -269,11 +278,23 @@ def capped_windows(users: np.ndarray, windows: np.ndarray, limit: int | None, un
     are aligned, one entry per distinct item. Returns a boolean mask."""
     if limit is None:
         return np.ones(users.size, dtype=bool)
-    periods = np.asarray(unit_of_window, dtype=np.int64)[windows]
-    _, unit = np.unique(np.stack([users, periods]), axis=1, return_inverse=True)
-    order, rank = _group_ranks(unit.ravel(), keys)
+    order, rank = _group_ranks(unit_ids(users, windows, unit_of_window), keys)
     keep = np.zeros(users.size, dtype=bool)
     keep[order[rank < limit]] = True
+    return keep
+
+
+def within_mass(units: np.ndarray, keys: np.ndarray, mass: np.ndarray, budget) -> np.ndarray:
+    """Which items to keep: per unit, the longest prefix in `keys` order whose `mass` (non-negative int64)
+    sums to at most `budget` (a number, or an array of one budget per item's unit). Returns a boolean mask."""
+    order, _ = _group_ranks(units, keys)
+    ordered = mass[order]
+    starts, ends = _runs(units[order])
+    running = np.cumsum(ordered)
+    running -= np.repeat(running[starts] - ordered[starts], ends - starts)  # cumulative within each unit
+    limit = budget if np.isscalar(budget) else np.asarray(budget)[order]
+    keep = np.zeros(units.size, dtype=bool)
+    keep[order[running <= limit]] = True
     return keep
 
 
@@ -318,9 +339,13 @@ class _BoundCapped(beam.DoFn):
         user_codes, names = pd.factorize(users)
         keys = self._cell_keys.draw(users.size, lambda: (
             self._cell_keys.strings(np.asarray(names))[user_codes], self._cell_keys.strings(labels), windows))
+        heaviest = heaviest_first(sums, keys)
         keep = capped_windows(user_codes.astype(np.int64), windows, self._cap.max_cells, self._cap.unit_of_window,
-                              heaviest_first(sums, keys))
-        windows, labels, sums = windows[keep], labels[keep], sums[keep]  # every unit keeps >= 1 of its cells
+                              heaviest)
+        if self._cap.max_records is not None:  # of those, the heaviest up to the unit's mass (K records' worth)
+            units = unit_ids(user_codes.astype(np.int64), windows, self._cap.unit_of_window)
+            keep &= within_mass(units, heaviest, np.abs(sums) * keep, self._bounds.mass_units)
+        windows, labels, sums = windows[keep], labels[keep], sums[keep]
         order = np.argsort(windows, kind="stable")
         for begin, end in zip(*_runs(windows[order])):
             rows, index = order[begin:end], int(windows[order[begin]])
@@ -369,8 +394,9 @@ class _CapInWindowOrder(beam.DoFn):
 
     Windows are taken strictly in index order: one that arrives early waits in `PENDING` until every earlier
     window of the shard has been taken (each (window, shard) sends exactly one element). `UNITS` holds the
-    current unit period and, per user, (windows kept, cells kept) in it; the unit's first windows in index order are kept
-    until it has C, and within a kept window its heaviest cells (`heaviest_first`) while it has fewer than T.
+    current unit period and, per user, (windows kept, cells kept, value units kept) in it; the unit's first
+    windows in index order are kept until it has C, and within a kept window its heaviest cells
+    (`heaviest_first`) while it has fewer than T and their |sums| fit in what is left of K records' worth.
     Outputs carry their window's timestamp: never late, because the input watermark cannot pass an earlier
     window's element before it arrives.
     """
@@ -379,9 +405,10 @@ class _CapInWindowOrder(beam.DoFn):
     NEXT = ReadModifyWriteStateSpec("next", PickleCoder())
     UNITS = ReadModifyWriteStateSpec("units", PickleCoder())
 
-    def __init__(self, window: WindowSpec, cap: WindowCap, seed, units: bool = False):
+    def __init__(self, window: WindowSpec, cap: WindowCap, bounds: ContributionBounds, seed, units: bool = False):
         self._window = window
         self._cap = cap
+        self._bounds = bounds if cap.max_records is not None else dataclasses.replace(bounds, max_contributions_total=None)
         self._seed = seed
         self._units = units
 
@@ -408,7 +435,7 @@ class _CapInWindowOrder(beam.DoFn):
 
     def _take(self, cells, counts: dict) -> TimestampedValue:
         """One window's cells -> its bounded sums over the cells each unit may still keep; `counts` (user ->
-        (windows, cells) kept so far in this unit period) is updated."""
+        (windows, cells, value units) kept so far in this unit period) is updated."""
         index, users, labels, sums = cells
         keep = np.zeros(users.size, dtype=bool)
         if users.size:
@@ -416,19 +443,24 @@ class _CapInWindowOrder(beam.DoFn):
             keys = self._cell_keys.draw(users.size, lambda: (
                 self._cell_keys.strings(np.asarray(names))[codes], self._cell_keys.strings(labels),
                 np.int64(index)))
-            order, rank = _group_ranks(codes.astype(np.int64), heaviest_first(sums, keys))
-            before = [counts.get(name, (0, 0)) for name in names]
+            heaviest = heaviest_first(sums, keys)
+            order, rank = _group_ranks(codes.astype(np.int64), heaviest)
+            before = [counts.get(name, (0, 0, 0)) for name in names]
             room = np.array([self._room(*counted) for counted in before], dtype=np.int64)
-            chosen = order[rank < room[codes[order]]]
-            keep[chosen] = True
-            taken = np.bincount(codes[chosen], minlength=len(names))
-            for name, (windows, cells_kept), count in zip(names, before, taken):
+            keep[order[rank < room[codes[order]]]] = True
+            mass = np.abs(sums) * keep
+            if self._bounds.mass_units is not None:  # the heaviest of those up to the unit's remaining mass
+                left = np.array([self._bounds.mass_units - used for _, _, used in before], dtype=np.int64)
+                keep &= within_mass(codes.astype(np.int64), heaviest, mass, left[codes])
+            taken = np.bincount(codes[keep], minlength=len(names))
+            kept_mass = np.bincount(codes[keep], weights=mass[keep], minlength=len(names))
+            for name, (windows, cells_kept, used), count, added in zip(names, before, taken, kept_mass):
                 if count:
-                    counts[name] = (windows + 1, cells_kept + int(count))
+                    counts[name] = (windows + 1, cells_kept + int(count), used + int(added))
         return TimestampedValue((index, _totals(labels[keep], sums[keep], self._units)),
                                 window_timestamp(self._window, index))
 
-    def _room(self, windows: int, cells: int) -> int:
+    def _room(self, windows: int, cells: int, _mass: int) -> int:
         """How many of its cells in this window a unit with `windows` windows and `cells` cells kept may keep."""
         if self._cap.max_windows is not None and windows >= self._cap.max_windows:
             return 0
@@ -514,6 +546,7 @@ class BoundContributions(beam.PTransform):
             | "Group per window" >> beam.GroupByKey()
             | "Bound users" >> beam.ParDo(_BoundWindowCells(self._bounds, self._window, self._seed))
             | "One window for all" >> beam.WindowInto(GlobalWindows())
-            | "Cap in window order" >> beam.ParDo(_CapInWindowOrder(self._window, self._cap, self._seed, self._units))
+            | "Cap in window order" >> beam.ParDo(_CapInWindowOrder(self._window, self._cap, self._bounds, self._seed,
+                                                                     self._units))
             | "Window again" >> beam.WindowInto(beam_windows(self._window))
         )

@@ -4,8 +4,10 @@ chi-square test of its uniformity, the sensitivity of the whole capped release v
 DP audit in which a user reaches every window, with the uncapped bounding as the broken variant."""
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
+import math
 import os
 import tempfile
 
@@ -173,6 +175,45 @@ def test_a_total_cell_cap_bounds_the_cells_one_user_moves(shards):
     assert np.count_nonzero(moved) == 16
 
 
+@pytest.mark.parametrize("shards", [1, 3])
+def test_a_total_contributions_cap_bounds_the_mass_one_user_moves(shards):
+    """K = 5 records (L0 = 2 per window, Linf = 2): the heavy user's presence moves the whole vector by L1 <= 5
+    and L2 <= sqrt(2 * 2^2 + 1^2) = 3, the plan's mass_l2; without K (the negative control) by L1 32."""
+    bounds = _bounds(max_partitions=2, max_contributions=2, max_contributions_total=5)
+    assert bounds.mass_l2 == pytest.approx(3.0) and bounds.mass_l2 >= 3.0
+    cap = plan_job((HistogramSpec("h", partitions=("A", "B", "C")),), bounds, WINDOW, 1.0, 1e-6).window_cap
+    assert cap == WindowCap(None, None, (0,) * W, 5)
+    for seed in range(5):
+        with_user, without = (_vector(bounded_sums(_heavy_and_others(h), bounds, WINDOW, seed=seed, shards=shards,
+                                                   cap=cap)) for h in (True, False))
+        difference = np.abs(with_user - without)
+        assert 0 < difference.sum() <= 5 and difference.max() <= 2 and np.sqrt((difference ** 2).sum()) <= 3
+    uncapped = _bounds(max_partitions=2, max_contributions=2)
+    moved = _vector(bounded_sums(_heavy_and_others(True), uncapped, WINDOW)) - \
+        _vector(bounded_sums(_heavy_and_others(False), uncapped, WINDOW))
+    assert np.abs(moved).sum() == 32
+
+
+def test_a_total_contributions_cap_calibrates_gaussian_histograms_to_the_mass_bound():
+    """sqrt(floor(K/m) m^2 + (K mod m)^2) |value|max: K = 7, m = 2, values in [0, 3]: sqrt(3*4 + 1) * 3; below
+    sqrt(T) Linf (T = 8: sqrt(8) * 6) and per-window composition (sqrt(8 * 2) * 6), so it is the one planned.
+    Laplace keeps its per-cell composition. Validation: K below max_contributions is refused."""
+    bounds = _bounds(max_partitions=2, max_contributions=2, max_partitions_total=8, max_contributions_total=7,
+                     min_value=0.0, max_value=3.0)
+    assert bounds.mass_l2 == pytest.approx(math.sqrt(13) * 3)
+    planned = plan_job((HistogramSpec("h", partitions=("A", "B", "C")),), bounds, WINDOW, 1.0, 1e-6)
+    assert planned["h"].event.sensitivity == bounds.mass_l2 and planned["h"].runs == 8
+    assert "whole release at once" in planned["h"].describe()
+    assert "max_contributions_total = 7" in planned.window_cap_text()
+    alone = dataclasses.replace(bounds, max_contributions_total=None)
+    assert plan_job((HistogramSpec("h", partitions=("A", "B", "C")),), alone, WINDOW, 1.0, 1e-6)["h"].event.sensitivity \
+        == pytest.approx(math.sqrt(8) * 6)
+    laplace = plan_job((HistogramSpec("h", partitions=("A", "B", "C"), noise="laplace"),), bounds, WINDOW, 1.0, 1e-6)
+    assert laplace["h"].cells == 8
+    with pytest.raises(SpecError, match="max_contributions_total must be at least max_contributions"):
+        _bounds(max_contributions=3, max_contributions_total=2)
+
+
 def _store_sums(directory: str):
     """An assert_that matcher that writes the (window, shard) partial sums, added up per window, to sums.json."""
     def store(actual):
@@ -294,7 +335,8 @@ def _cells_by_window(batches, bounds):
                              for i in range(3))) for index in range(W)}
 
 
-@pytest.mark.parametrize("caps", [dict(max_windows=2), dict(max_partitions_total=3)], ids=["C=2", "T=3"])
+@pytest.mark.parametrize("caps", [dict(max_windows=2), dict(max_partitions_total=3),
+                                  dict(max_contributions_total=5)], ids=["C=2", "T=3", "K=5"])
 def test_windows_arriving_out_of_order_are_taken_in_index_order(caps):
     """The DoFn with in-memory state: windows fed in a shuffled order give exactly the outputs of index order,
     each once, and none before every earlier window arrived. Negative control: taking each window as it arrives
@@ -304,7 +346,7 @@ def test_windows_arriving_out_of_order_are_taken_in_index_order(caps):
     cells = _cells_by_window(_heavy_and_others(True), bounds)
 
     def run(order):
-        fn = _CapInWindowOrder(WINDOW, cap, seed=4)
+        fn = _CapInWindowOrder(WINDOW, cap, bounds, seed=4)
         fn.setup()
         pending, following, kept, released = _Bag(), _Value(), _Value(), {}
         for index in order:
@@ -318,7 +360,7 @@ def test_windows_arriving_out_of_order_are_taken_in_index_order(caps):
     in_order = run(range(W))
     for seed in range(3):
         assert run(np.random.default_rng(seed).permutation(W)) == in_order
-    eager = _CapInWindowOrder(WINDOW, cap, seed=4)
+    eager = _CapInWindowOrder(WINDOW, cap, bounds, seed=4)
     eager.setup()
     counts: dict = {}
     as_they_come = {}
@@ -328,7 +370,8 @@ def test_windows_arriving_out_of_order_are_taken_in_index_order(caps):
     assert as_they_come != in_order
 
 
-@pytest.mark.parametrize("caps", [dict(max_windows=2), dict(max_partitions_total=3)], ids=["C=2", "T=3"])
+@pytest.mark.parametrize("caps", [dict(max_windows=2), dict(max_partitions_total=3),
+                                  dict(max_contributions_total=5)], ids=["C=2", "T=3", "K=5"])
 def test_in_a_stream_one_user_moves_at_most_c_windows_or_t_cells(caps):
     """Neighbours differing in a user present in every window and partition: streamed, the bounded sums differ
     in at most C = 2 windows (L0 = 2, Linf = 2: by L1 <= 8), or in at most T = 3 cells by at most Linf each.
@@ -346,8 +389,10 @@ def test_in_a_stream_one_user_moves_at_most_c_windows_or_t_cells(caps):
     difference = np.abs(vectors[0] - vectors[1])
     if "max_windows" in caps:
         assert np.count_nonzero(difference.sum(axis=1)) == 2 and difference.sum() <= 8
-    else:
+    elif "max_partitions_total" in caps:
         assert np.count_nonzero(difference) == 3 and difference.max() <= 2
+    else:  # K = 5 records: L1 <= 5, each cell <= 2, so L2 <= sqrt(2^2 + 2^2 + 1^2) = 3
+        assert 0 < difference.sum() <= 5 and difference.max() <= 2 and np.sqrt((difference ** 2).sum()) <= 3
 
 
 def test_max_windows_is_a_positive_integer():
