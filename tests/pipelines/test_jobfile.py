@@ -105,10 +105,10 @@ def test_bad_values_name_file_and_key(tmp_path, old, new, message):
 def test_max_windows_is_read_for_batch_and_streaming_inputs(tmp_path):
     streaming = BASE.replace('format = "csv"\npath = "events.csv"',
                              'format = "pubsub"\nsubscription = "projects/p/subscriptions/s"')
-    caps = "[privacy]\nmax_windows = 2\nmax_partitions_total = 3\n"
+    caps = "[privacy]\nmax_windows = 2\nmax_partitions_total = 3\nmax_contributions_total = 4\n"
     for text in (BASE, streaming):
         bounds = _load(tmp_path, text.replace("[privacy]\n", caps)).privacy.bounds
-        assert (bounds.max_windows, bounds.max_partitions_total) == (2, 3)
+        assert (bounds.max_windows, bounds.max_partitions_total, bounds.max_contributions_total) == (2, 3, 4)
 
 
 def test_selection_for_unknown_partitions(tmp_path):
