@@ -60,8 +60,9 @@ CONFIGS = {  # data set -> (PipelineDP (M, Linf) grid, dpstream structural (L0, 
 cells: max_partitions_total T = M, max_contributions Linf and max_partitions = every public partition (no
 per-window cut), unclamped and clamped at 0; the structural grid caps windows
 (max_windows C) and partitions per window instead; the last grid adds max_contributions_total K (records per user
-over the range, from public knowledge of activity: a synthetic user has about 10 events, a NYC aircraft about
-80 departures a year) to T cells of Linf, which lowers the L2 sensitivity below sqrt(T) Linf."""
+over the range, from average activity: a synthetic user has 10 events on average by construction, an aircraft
+84 departures a year in these published BTS records) to T cells of Linf, which lowers the L2 sensitivity below
+sqrt(T) Linf."""
 EPSILON = {"flights_daily": 4.0, "flights_monthly": 4.0, "synthetic": 1.0}
 DRAWS = {"flights_daily": 2, "flights_monthly": 8, "synthetic": 12}
 """Runs per row, each with its own seed. One run's RMSE over n cells varies by about 1/sqrt(2n) of itself:
