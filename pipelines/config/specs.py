@@ -333,11 +333,13 @@ class Selection(StrEnum):
 class Metric(StrEnum):
     """What a histogram counts per partition and window (`HistogramSpec.metric`): the bounded values' sum (the
     default; a count when min_value = max_value), the bounded records (each worth 1 whatever the value bounds),
-    or the distinct privacy units (users)."""
+    the distinct privacy units (users), or the bounded values' mean (a noisy count and a noisy sum of the
+    values centred on the middle of [min_value, max_value], `centred_bounds`)."""
 
     SUM = "sum"
     COUNT = "count"
     USERS = "users"
+    MEAN = "mean"
 
 
 def metric_bounds(metric: "Metric", bounds: "ContributionBounds") -> "ContributionBounds":
@@ -345,10 +347,23 @@ def metric_bounds(metric: "Metric", bounds: "ContributionBounds") -> "Contributi
     (every record worth 1) for count; counting bounds with max_contributions 1 for users, so that each kept
     (user, partition) adds exactly 1 and a partition's bounded sum is the number of users kept in it. The
     other bounds (max_partitions, max_windows, max_partitions_total) are the job's."""
-    if metric == Metric.SUM:
+    if metric in (Metric.SUM, Metric.MEAN):  # a mean's count and centred sum: `centred_bounds`
         return bounds
     contributions = 1 if metric == Metric.USERS else bounds.max_contributions
     return dataclasses.replace(bounds, max_contributions=contributions, min_value=1.0, max_value=1.0)
+
+
+def value_middle(bounds: "ContributionBounds") -> float:
+    """The middle of [min_value, max_value], which a mean's values are centred on (a double; any public value
+    would do for privacy, the middle minimises the centred values' range)."""
+    return bounds.min_value / 2 + bounds.max_value / 2
+
+
+def centred_bounds(bounds: "ContributionBounds") -> "ContributionBounds":
+    """The bounds of a mean's centred sum: values v - middle clipped to [min_value - middle, max_value - middle],
+    the other bounds unchanged; so one record moves the centred sum by at most about (max - min) / 2."""
+    middle = value_middle(bounds)
+    return dataclasses.replace(bounds, min_value=bounds.min_value - middle, max_value=bounds.max_value - middle)
 
 
 class SvtMetric(StrEnum):

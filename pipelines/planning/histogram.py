@@ -22,14 +22,23 @@ from dataclasses import dataclass
 
 from dpstream.accounting.calibrate import Release
 from dpstream.accounting.events import ZCDP, Event, Gaussian, GaussianThreshold, Laplace
-from dpstream.pipelines.config.specs import ContributionBounds, HistogramSpec, Metric, Noise, Selection, metric_bounds
+from dpstream.pipelines.config.specs import (
+    ContributionBounds,
+    HistogramSpec,
+    Metric,
+    Noise,
+    Selection,
+    centred_bounds,
+    metric_bounds,
+    value_middle,
+)
 from dpstream.pipelines.mechanisms.noise import rounded_sensitivity
 from dpstream.pipelines.planning.context import Draft, PlanningContext
 from dpstream.pipelines.planning.errors import PlanningError
 from dpstream.pipelines.planning.grid import grid_noise
 
 METRIC_TEXT = {Metric.SUM: "bounded values summed", Metric.COUNT: "bounded records counted",
-               Metric.USERS: "distinct privacy units counted"}
+               Metric.USERS: "distinct privacy units counted", Metric.MEAN: "bounded values averaged"}
 """How a histogram's report names what it counts per partition and window (`specs.Metric`)."""
 SELECTION_MECHANISMS = {"gaussian": "gaussian_threshold", "truncated": "truncated_gaussian", "distinct": "distinct_threshold"}
 """Job-file `selection` value -> mechanism for histograms over unknown partitions."""
@@ -112,7 +121,8 @@ class HistogramPlan:
     when the release asks for unclamped values. distinct_threshold only: noise is the sigma of the noisy
     number of distinct units, extra_noise that of the records beyond each unit's first (None when a unit
     adds one record), unit_value what one record adds. Laplace only: cells, how many per-cell events (`event`)
-    one unit's (window, partition) cells compose.
+    one unit's (window, partition) cells compose. mean only (mechanism "mean"): noise is the sigma of the noisy
+    count, extra_noise that of the noisy sum of values centred on `middle`; sensitivity is the count's L2.
     """
 
     spec: HistogramSpec
@@ -127,6 +137,7 @@ class HistogramPlan:
     extra_noise: float | None = None
     unit_value: float | None = None
     cells: int | None = None
+    middle: float | None = None
 
     @property
     def name(self) -> str:
@@ -134,6 +145,10 @@ class HistogramPlan:
 
     @property
     def noise_stddev(self) -> float:
+        """The standard deviation of a released value's noise; for a mean, of its numerator at worst (a mean at
+        either end of the range), which divided by the partition's record count approximates the mean's."""
+        if self.mechanism == "mean":  # sqrt(sigma_sum^2 + (max - middle)^2 sigma_count^2)
+            return math.hypot(self.extra_noise or 0.0, self.noise * (self.value_range[1] - (self.middle or 0.0)))
         if self.unit_value is not None:  # distinct_threshold: the value is unit_value * noisy units + noisy extra
             return math.hypot(self.unit_value * self.noise, self.extra_noise or 0.0)
         return _stddev(self.mechanism, self.noise)
@@ -157,13 +172,24 @@ class HistogramPlan:
 
     def describe(self) -> str:
         lower, upper = self.value_range
-        if lower == -math.inf and upper == math.inf:
+        if (lower == -math.inf and upper == math.inf) or self.mechanism == "mean":
             return self._describe_noise()
         interval = f"{'(' if lower == -math.inf else '['}{lower:g}, {upper:g}{')' if upper == math.inf else ']'}".replace("inf", "infinity")
         return (f"{self._describe_noise()} Released values are clamped to {interval}, the range a bounded sum can "
                 f"take: no value moves further from the truth, but totals over partitions come out high.")
 
     def _describe_noise(self) -> str:
+        if self.mechanism == "mean":
+            lower, upper = self.value_range
+            return (
+                f"Histogram {self.name!r} of {METRIC_TEXT[self.spec.metric]} over {len(self.listed)} public "
+                f"partitions, one release per window ({self.runs} windows composed per privacy unit): per partition a "
+                f"noisy count of the bounded records (discrete Gaussian, sigma={self.noise:.6g}) and a noisy sum of "
+                f"their values minus {self.middle:g} (sigma={self.extra_noise:.6g}), released as {self.middle:g} + "
+                f"sum / max(count, 1) clamped to [{lower:g}, {upper:g}]: a mean over n records is off by about "
+                f"{self.noise_stddev:.4g} / n or less (both noises together are one Gaussian event, "
+                f"{self.event!r})."
+            )
         if self.mechanism == "distinct_threshold":
             extra = ("" if self.extra_noise is None else
                      f" plus the records beyond each unit's first with independent discrete Gaussian noise "
@@ -226,6 +252,8 @@ def selection_delta(context: PlanningContext) -> float:
 def draft(spec: HistogramSpec, context: PlanningContext) -> Draft[HistogramPlan]:
     """The histogram's calibration entry (one per window a unit can touch) and how its plan is finished; planned
     under its metric's bounds (`specs.metric_bounds`), which its transform bounds the data with."""
+    if spec.metric == Metric.MEAN:
+        return _mean_draft(spec, context)
     context = dataclasses.replace(context, bounds=metric_bounds(spec.metric, context.bounds))
     bounds, windows = context.bounds, context.windows
     if spec.partitions is not None:
@@ -239,6 +267,46 @@ def draft(spec: HistogramSpec, context: PlanningContext) -> Draft[HistogramPlan]
     entry = _SelectionRelease(spec.name, "gaussian", spec.weight, bounds.l2, windows, selection_delta=delta,
                               truncated=spec.selection == Selection.TRUNCATED)
     return Draft((entry,), (), lambda calibrated: _unknown(spec, context, calibrated[spec.name].event, delta))
+
+
+def _mean_draft(spec: HistogramSpec, context: PlanningContext) -> Draft[HistogramPlan]:
+    """A mean: a noisy count (count bounds) and a noisy centred sum (`centred_bounds`) per public partition and
+    window, planned as one Gaussian event of L2 sqrt(2) x the count's: with sigma for the count and sigma x
+    (centred sum's L2 / count's L2), about (max - min) / 2 times sigma, for the sum, the two shifts divided by
+    their sigmas add up to exactly that (docs/proofs/pipelines.planning.histogram.mean.md)."""
+    bounds = context.bounds
+    if spec.partitions is None or spec.noise != Noise.GAUSSIAN:
+        raise PlanningError(f"release {spec.name!r}: metric \"mean\" needs a public partitions list and Gaussian "
+                            f"noise for now (partitions not known in advance and Laplace noise are not supported)")
+    if bounds.counting:
+        raise PlanningError(f"release {spec.name!r}: metric \"mean\" needs min_value < max_value (every record is "
+                            f"worth {bounds.min_value!r} here, so the mean is known)")
+    counts = dataclasses.replace(context, bounds=metric_bounds(Metric.COUNT, bounds))
+    count_l2, runs = _known_sensitivity(spec, counts)
+    entry = Release(spec.name, "gaussian", spec.weight, math.sqrt(2.0) * count_l2, runs)
+    return Draft((entry,), (), lambda calibrated: _mean(spec, context, calibrated[spec.name].event))
+
+
+def _mean(spec: HistogramSpec, context: PlanningContext, event: Event) -> HistogramPlan:
+    if not isinstance(event, Gaussian):
+        raise TypeError(f"histogram {spec.name!r} was calibrated to {event!r}, not Gaussian noise")
+    counts = dataclasses.replace(context, bounds=metric_bounds(Metric.COUNT, context.bounds))
+    sums = dataclasses.replace(context, bounds=centred_bounds(context.bounds))
+    (count_l2, _), (sum_l2, _) = _known_sensitivity(spec, counts), _known_sensitivity(spec, sums)
+    sigmas = [_grid_sigma(part, event.sigma * l2 / count_l2, l2) for part, l2 in ((counts, count_l2), (sums, sum_l2))]
+    return HistogramPlan(spec, "mean", context.windows, sigmas[0], counts.bounds.l2, context.bounds.max_partitions,
+                         event, value_range=(context.bounds.min_value, context.bounds.max_value), extra_noise=sigmas[1],
+                         middle=value_middle(context.bounds))
+
+
+def _grid_sigma(context: PlanningContext, sigma: float, sensitivity: float) -> float:
+    """A Gaussian sigma enlarged for the grid (`grid_noise`) over the cells its sensitivity covers: one
+    window's, or the whole release's when it is planned as one event (`PlanningContext.whole_l2`); rounding
+    scales both the same way, so the per-window sensitivity the mechanism reports stays within the plan."""
+    bounds = context.bounds
+    changed = bounds.max_partitions if context.whole_l2 is None else (
+        context.total_cells or context.windows * bounds.max_partitions)
+    return grid_noise(sigma, sensitivity, bounds.quantum, changed, norm=2)[0]
 
 
 def _known_sensitivity(spec: HistogramSpec, context: PlanningContext) -> tuple[float, int]:
@@ -273,12 +341,7 @@ def _known(spec: HistogramSpec, context: PlanningContext, event: Event) -> Histo
     if isinstance(event, Laplace):  # per cell: one changed coordinate, in L1
         noise, _ = grid_noise(event.scale, event.sensitivity, bounds.quantum, changed=1, norm=1)
     elif isinstance(event, Gaussian):
-        # the cells the event's sensitivity covers: one window's, or the whole release's (`whole_l2`); rounding
-        # scales both the same way (`grid_noise`), so the per-window sensitivity the mechanism reports stays within
-        # the plan
-        whole = context.total_cells or context.windows * bounds.max_partitions
-        changed = bounds.max_partitions if context.whole_l2 is None else whole
-        noise, _ = grid_noise(event.sigma, event.sensitivity, bounds.quantum, changed, norm=2)
+        noise = _grid_sigma(context, event.sigma, event.sensitivity)
     else:
         raise TypeError(f"histogram {spec.name!r} was calibrated to {event!r}, not Laplace or Gaussian noise")
     _, cells = _known_sensitivity(spec, context)

@@ -98,16 +98,17 @@ class WindowedRelease(beam.PTransform):
         self._shards = shards
 
     def _window_sums(self, batches, partitions: tuple[str, ...] | None, bounds: ContributionBounds | None = None,
-                     units: bool = False):
+                     units: bool = False, label: str = ""):
         """Record batches -> (window index, bounded per-partition sums) for every window of the public range.
 
         Contributions are bounded by `bounds` (default: the job's) to
         `partitions` (None: every partition seen), then summed per window;
-        with `units`, a DataFrame of sums and numbers of users (`BoundContributions`).
+        with `units`, a DataFrame of sums and numbers of users (`BoundContributions`). `label` prefixes the
+        step names (a release that sums twice).
         """
         return (
             batches
-            | "Bound contributions" >> BoundContributions(self._bounds if bounds is None else bounds, self._window,
+            | f"{label}Bound contributions" >> BoundContributions(self._bounds if bounds is None else bounds, self._window,
                                                           partitions, self._seed, self._shards, units, self._cap)
-            | "Sum per window" >> PerWindowSums(self._window, empty_sums_and_units if units else empty_sums)
+            | f"{label}Sum per window" >> PerWindowSums(self._window, empty_sums_and_units if units else empty_sums)
         )

@@ -28,9 +28,19 @@ Runtime: one vectorised mechanism call per window.
 from __future__ import annotations
 
 import apache_beam as beam
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from dpstream.pipelines import mechanisms
-from dpstream.pipelines.config.specs import WindowSpec, metric_bounds
+from dpstream.pipelines.config.specs import (
+    ContributionBounds,
+    Metric,
+    WindowSpec,
+    centred_bounds,
+    metric_bounds,
+    value_middle,
+)
 from dpstream.pipelines.planning import HistogramPlan
 from dpstream.pipelines.transforms.aggregation import WindowedRelease
 from dpstream.pipelines.transforms.windowing import release_rng, window_bounds_iso
@@ -69,6 +79,46 @@ def histogram_release(plan: HistogramPlan, sums, rng, quantum: float) -> tuple[l
     return partitions, release
 
 
+def mean_release(plan: HistogramPlan, counts, sums, rng, centred: ContributionBounds) -> tuple[np.ndarray, np.ndarray]:
+    """(means, approximate standard deviations) of one window, per listed partition, from its bounded record
+    counts and centred sums (pandas Series; sums in int64 units of `centred.quantum`): middle + noisy sum /
+    max(noisy count, 1), clamped to [min_value, max_value]. Privacy: two Gaussian mechanisms whose shifts over
+    their sigmas add up to the planned event (`planning.histogram._mean_draft`); the rest is post-processing."""
+    if plan.extra_noise is None or plan.middle is None:
+        raise ValueError(f"histogram {plan.name!r} is not a mean plan")
+    partitions, middle, sum_sigma = list(plan.listed), plan.middle, plan.extra_noise
+    count = mechanisms.gaussian(counts.reindex(partitions, fill_value=0).to_numpy(), plan.noise, rng,
+                                sensitivity=plan.sensitivity, max_partitions=plan.max_partitions)
+    total = mechanisms.gaussian(sums.reindex(partitions, fill_value=0).to_numpy(), sum_sigma, rng,
+                                sensitivity=centred.l2, max_partitions=plan.max_partitions, quantum=centred.quantum)
+    records = np.maximum(count.value, 1.0)
+    means = mechanisms.clamp_to_range(middle + total.value / records, *plan.value_range)
+    return means, np.sqrt(sum_sigma ** 2 + ((means - middle) * plan.noise) ** 2) / records
+
+
+class _MeanMechanism(beam.DoFn):
+    def __init__(self, plan: HistogramPlan, window: WindowSpec, seed: int | None, centred: ContributionBounds):
+        self._plan = plan
+        self._window = window
+        self._seed = seed
+        self._centred = centred
+
+    def process(self, element):
+        index, parts = element
+        by_kind = dict(parts)  # 0: record counts, 1: centred sums
+        means, stddevs = mean_release(self._plan, by_kind[0], by_kind[1],
+                                      release_rng(self._seed, self._plan.name, index), self._centred)
+        start, end = window_bounds_iso(self._window, index)
+        for partition, value, stddev in zip(self._plan.listed, means, stddevs):
+            yield {"release": self._plan.name, "window_start": start, "window_end": end,
+                   "partition": partition, "value": float(value), "noise_stddev": float(stddev)}
+
+
+def _centre(batch: pa.RecordBatch, middle: float) -> pa.RecordBatch:
+    """The batch with `middle` subtracted from every value (EVENT_SCHEMA column 3)."""
+    return batch.set_column(3, batch.schema.field(3), pc.subtract(batch.column(3), pa.scalar(middle)))
+
+
 class _HistogramMechanism(beam.DoFn):
     def __init__(self, plan: HistogramPlan, window: WindowSpec, seed: int | None, quantum: float):
         self._plan = plan
@@ -103,7 +153,24 @@ class PrivateHistogram(WindowedRelease):
                 "sensitivity": self._plan.sensitivity, "windows": self._plan.runs}
 
     def expand(self, batches):
+        if self._plan.spec.metric == Metric.MEAN:
+            return self._mean(batches)
         bounds = metric_bounds(self._plan.spec.metric, self._bounds)
         sums = self._window_sums(batches, self._plan.spec.partitions, bounds, units=self._plan.counts_units)
         return sums | "Add noise" >> beam.ParDo(_HistogramMechanism(self._plan, self._window, self._seed,
                                                                     bounds.quantum))
+
+    def _mean(self, batches):
+        """A mean: the records' counts (count bounds) and the sums of their centred values (`centred_bounds`),
+        bounded separately, joined per window."""
+        partitions, centred = self._plan.spec.partitions, centred_bounds(self._bounds)
+        counts = self._window_sums(batches, partitions, metric_bounds(Metric.COUNT, self._bounds), label="Count: ")
+        shifted = batches | "Centre values" >> beam.Map(_centre, value_middle(self._bounds))
+        sums = self._window_sums(shifted, partitions, centred, label="Centred sum: ")
+        return (
+            (counts | "Tag counts" >> beam.MapTuple(lambda index, part: (index, (0, part))),
+             sums | "Tag sums" >> beam.MapTuple(lambda index, part: (index, (1, part))))
+            | "Both" >> beam.Flatten()
+            | "Per window" >> beam.GroupByKey()
+            | "Add noise" >> beam.ParDo(_MeanMechanism(self._plan, self._window, self._seed, centred))
+        )
