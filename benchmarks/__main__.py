@@ -5,7 +5,7 @@ import importlib
 import sys
 import time
 
-BENCHMARKS = ("accounting", "selection", "mechanisms", "pipelines", "svt_filters", "svt", "clamping", "windows_cap")
+BENCHMARKS = ("accounting", "selection", "mechanisms", "pipelines", "svt_filters", "svt", "clamping", "windows_cap", "statistics")
 
 
 def main() -> int:
