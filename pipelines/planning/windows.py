@@ -9,6 +9,7 @@ Proof for user x period units: docs/proofs/pipelines.planning.windows.unit_runs.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass
 
@@ -53,8 +54,10 @@ def peak_groups(window: WindowSpec, period: float | str) -> PeakPeriods:
             tuple((grid.start(k), grid.start(k + 1)) for k in distinct))
 
 
+@functools.lru_cache(maxsize=64)
 def unit_periods(window: WindowSpec, grid: PeriodGrid) -> tuple[int, ...]:
-    """The unit period of each window (fixed periods: counted from window.start, so the first is 0).
+    """The unit period of each window (fixed periods: counted from window.start, so the first is 0); cached,
+    since a plan asks for it once per release and per cap (both arguments are frozen values).
 
     PlanningError for sliding windows, or when a window crosses a period boundary: a window must lie inside one
     period, so that all of a user's records in it belong to one unit."""
