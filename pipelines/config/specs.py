@@ -261,7 +261,9 @@ class ContributionBounds:
 
     @property
     def l2(self) -> float:
-        return math.sqrt(self.max_partitions) * self.linf
+        """sqrt(L0) Linf, rounded up: the smallest double at or above sqrt(L0 (m k)^2) q (`_root_up`)."""
+        low, high = self.value_units
+        return _root_up(self.max_partitions * (self.max_contributions * max(abs(low), abs(high))) ** 2) * self.quantum
 
     @property
     def mass_units(self) -> int | None:
@@ -280,8 +282,8 @@ class ContributionBounds:
             return None
         low, high = self.value_units
         full, rest = divmod(self.max_contributions_total, self.max_contributions)
-        squares = full * self.max_contributions ** 2 + rest ** 2  # in (|k|max q)^2, an exact integer
-        return math.nextafter(math.sqrt(_rounded_up(squares)), math.inf) * max(abs(low), abs(high)) * self.quantum
+        squares = (full * self.max_contributions ** 2 + rest ** 2) * max(abs(low), abs(high)) ** 2  # in q^2, exact
+        return _root_up(squares) * self.quantum
 
     @property
     def sum_range(self) -> tuple[float, float]:
@@ -292,6 +294,17 @@ class ContributionBounds:
         """
         low, high = self.value_units
         return (0.0 if low >= 0 else -math.inf, 0.0 if high <= 0 else math.inf)
+
+
+def _root_up(square: int) -> float:
+    """The smallest double at or above sqrt(square) for a non-negative integer (exact comparisons: a double is a
+    rational, so r^2 >= square is decided in integers)."""
+    root = math.sqrt(_rounded_up(square))
+    while Fraction(root) ** 2 < square:
+        root = math.nextafter(root, math.inf)
+    while root > 0 and Fraction(math.nextafter(root, 0.0)) ** 2 >= square:
+        root = math.nextafter(root, 0.0)
+    return root
 
 
 def _rounded_up(count: int) -> float:

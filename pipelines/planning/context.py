@@ -7,6 +7,7 @@ here is public: specs, bounds, the window range and the job's budget.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from functools import cached_property
@@ -51,8 +52,8 @@ class PlanningContext:
         `max_partitions_total` T, or `ContributionBounds.mass_l2` under `max_contributions_total`, the smaller
         (docs/proofs/pipelines.transforms.bounding.max_windows.md)."""
         bounds, cells = self.bounds, self.total_cells
-        composed = math.sqrt(self.windows * bounds.max_partitions) * bounds.linf
-        candidates = [math.sqrt(cells) * bounds.linf] if cells is not None else []
+        composed = dataclasses.replace(bounds, max_partitions=self.windows * bounds.max_partitions).l2
+        candidates = [dataclasses.replace(bounds, max_partitions=cells).l2] if cells is not None else []
         if bounds.mass_l2 is not None:
             candidates.append(bounds.mass_l2)
         best = min(candidates, default=None)

@@ -33,7 +33,8 @@ def grid_noise(noise: float, sensitivity: float, quantum: float, changed: int, n
         effective = bound(sensitivity, step, step <= quantum, changed, norm)
         if effective / current <= sensitivity / noise:
             return current, effective
-        current = math.nextafter(noise * effective / sensitivity, math.inf)
+        # strictly above the last try, so a ratio that float rounding leaves 1 ulp high cannot stall the loop
+        current = max(math.nextafter(current, math.inf), math.nextafter(noise * effective / sensitivity, math.inf))
     raise PlanningError(f"grid adjustment of noise {noise!r} for sensitivity {sensitivity!r} did not settle")
 
 

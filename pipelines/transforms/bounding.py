@@ -289,12 +289,14 @@ def within_mass(units: np.ndarray, keys: np.ndarray, mass: np.ndarray, budget) -
     sums to at most `budget` (a number, or an array of one budget per item's unit). Returns a boolean mask."""
     order, _ = _group_ranks(units, keys)
     ordered = mass[order]
+    if float(ordered.sum(dtype=np.float64)) >= 2.0 ** 62:  # int64 running sums could wrap: exact Python integers
+        ordered = ordered.astype(object)
     starts, ends = _runs(units[order])
     running = np.cumsum(ordered)
     running -= np.repeat(running[starts] - ordered[starts], ends - starts)  # cumulative within each unit
     limit = budget if np.isscalar(budget) else np.asarray(budget)[order]
     keep = np.zeros(units.size, dtype=bool)
-    keep[order[running <= limit]] = True
+    keep[order[np.asarray(running <= limit, dtype=bool)]] = True
     return keep
 
 
@@ -419,8 +421,10 @@ class _CapInWindowOrder(beam.DoFn):
                 kept=beam.DoFn.StateParam(UNITS)):
         _, cells = element
         waiting = {item[0]: item for item in pending.read()}
-        waiting[cells[0]] = cells
         index, (period, counts) = following.read() or 0, kept.read() or (None, {})
+        if cells[0] < index or cells[0] in waiting:  # one element per (window, shard): Beam windows fire once
+            raise ValueError(f"window {cells[0]} reached the cross-window cap twice: its counts would be wrong")
+        waiting[cells[0]] = cells
         while index in waiting:
             cells = waiting.pop(index)
             if self._cap.unit_of_window[index] != period:  # a new unit period: every unit starts afresh
@@ -453,7 +457,8 @@ class _CapInWindowOrder(beam.DoFn):
                 left = np.array([self._bounds.mass_units - used for _, _, used in before], dtype=np.int64)
                 keep &= within_mass(codes.astype(np.int64), heaviest, mass, left[codes])
             taken = np.bincount(codes[keep], minlength=len(names))
-            kept_mass = np.bincount(codes[keep], weights=mass[keep], minlength=len(names))
+            kept_mass = np.zeros(len(names), dtype=object)  # exact, whatever the magnitudes
+            np.add.at(kept_mass, codes[keep], mass[keep].astype(object))
             for name, (windows, cells_kept, used), count, added in zip(names, before, taken, kept_mass):
                 if count:
                     counts[name] = (windows + 1, cells_kept + int(count), used + int(added))

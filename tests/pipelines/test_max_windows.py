@@ -477,3 +477,13 @@ def test_a_total_cell_cap_keeps_each_units_heaviest_cells():
         rows = np.flatnonzero(users == user)
         expected = set(sorted(rows, key=lambda r: (-abs(sums[r]), keys[r]))[:3])
         assert set(rows[keep[rows]]) == expected
+
+
+def test_within_mass_is_exact_beyond_int64_running_sums():
+    """Three cells of 2**62 units against a budget of 2**62 + 5: only the first fits (int64 running sums would
+    wrap and keep all three). Found by an adversarial review."""
+    from dpstream.pipelines.transforms.bounding import within_mass
+
+    mass = np.array([2 ** 62, 2 ** 62, 2 ** 62], dtype=np.int64)
+    keep = within_mass(np.zeros(3, dtype=np.int64), np.arange(3), mass, 2 ** 62 + 5)
+    assert keep.tolist() == [True, False, False]

@@ -231,3 +231,25 @@ def test_plan_errors_name_the_release(release, message):
 def test_peak_spec_needs_a_public_maximum():
     with pytest.raises(SpecError, match="release 'p': maximum must be a positive number"):
         PeakSpec("p", period=7 * DAY, maximum=None)
+
+
+def test_grid_noise_settles_where_float_rounding_leaves_the_ratio_one_ulp_high():
+    """An input on which the update stalled at 1 ulp above the planned ratio (adversarial review)."""
+    planned, effective = grid_noise(4346724586328.1147, 1124146872320.0, 2097152.0, 1, 1)
+    assert effective / planned <= 1124146872320.0 / 4346724586328.1147
+
+
+@pytest.mark.parametrize("l0, m, value, total", [(4948, 31, 3.0, None), (238, 17, 0.1, 166), (7, 3, 2.5, 10)])
+def test_l2_sensitivities_are_rounded_up(l0, m, value, total):
+    """sqrt(L0) Linf and the mass bound are at or above their exact values (exact rationals), and within one ulp."""
+    from fractions import Fraction
+
+    bounds = ContributionBounds(max_partitions=l0, max_contributions=m, min_value=-value, max_value=value,
+                                max_contributions_total=total)
+    k = max(abs(u) for u in bounds.value_units)
+    exact_l2 = Fraction(l0 * (m * k) ** 2) * Fraction(bounds.quantum) ** 2
+    assert Fraction(bounds.l2) ** 2 >= exact_l2 > Fraction(math.nextafter(bounds.l2, 0.0)) ** 2
+    if total is not None:
+        full, rest = divmod(total, m)
+        exact_mass = Fraction((full * m * m + rest * rest) * k * k) * Fraction(bounds.quantum) ** 2
+        assert Fraction(bounds.mass_l2) ** 2 >= exact_mass > Fraction(math.nextafter(bounds.mass_l2, 0.0)) ** 2
