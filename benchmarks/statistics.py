@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import platform
 import tempfile
@@ -36,6 +35,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from benchmarks.pipelines import DELTA, _run, _to_batches
+from benchmarks.windows_cap import _mean, _rmse
 from dpstream.connectors.schema import EVENT_SCHEMA
 from dpstream.pipelines.config.specs import ContributionBounds, HistogramSpec, WindowSpec
 from dpstream.pipelines.planning import plan_job
@@ -111,11 +111,6 @@ def pipelinedp_run(data: dict, metric: str, epsilon: float, directory: str) -> d
     return {"seconds": seconds, "values": {(int(w), p): v for w, p, v in rows}}
 
 
-def _rmse(values: dict, truth: pd.Series, cells) -> float:
-    errors = [values.get(cell, 0.0) - truth.get(cell, 0.0) for cell in cells]
-    return float(np.sqrt(np.mean(np.square(errors))))
-
-
 def scenario(data: dict, metric: str, epsilon: float, directory: str, draws: int) -> dict:
     records = data["records"]
     domains = {"cells with >= 1 departure": list(records.index), "cells with >= 20": list(records[records >= 20].index)}
@@ -139,9 +134,8 @@ def scenario(data: dict, metric: str, epsilon: float, directory: str, draws: int
 def _errors(runs: list[dict], truth: pd.Series, domains: dict) -> dict:
     out: dict = {"seconds": float(np.mean([r["seconds"] for r in runs]))}
     for name, cells in domains.items():
-        errors = [_rmse(r["values"], truth, cells) for r in runs]
-        out[name] = {"rmse": float(np.mean(errors)),
-                     "stderr": float(np.std(errors, ddof=1) / math.sqrt(len(errors))) if len(errors) > 1 else None}
+        rmse, stderr = _mean([_rmse(r["values"], truth, cells) for r in runs])
+        out[name] = {"rmse": rmse, "stderr": stderr}
     return out
 
 

@@ -182,7 +182,7 @@ class HistogramPlan:
         if self.mechanism == "mean":
             lower, upper = self.value_range
             return (
-                f"Histogram {self.name!r} of {METRIC_TEXT[self.spec.metric]} over {len(self.listed)} public "
+                f"{self._subject} over {len(self.listed)} public "
                 f"partitions, one release per window ({self.runs} windows composed per privacy unit): per partition a "
                 f"noisy count of the bounded records (discrete Gaussian, sigma={self.noise:.6g}) and a noisy sum of "
                 f"their values minus {self.middle:g} (sigma={self.extra_noise:.6g}), released as {self.middle:g} + "
@@ -195,7 +195,7 @@ class HistogramPlan:
                      f" plus the records beyond each unit's first with independent discrete Gaussian noise "
                      f"sigma={self.extra_noise:.6g}")
             return (
-                f"Histogram {self.name!r} of {METRIC_TEXT[self.spec.metric]} over partitions not known in advance, one release per window ({self.runs} "
+                f"{self._subject} over partitions not known in advance, one release per window ({self.runs} "
                 f"windows composed per privacy unit): each observed partition's number of distinct privacy units gets "
                 f"discrete Gaussian noise with sigma={self.noise:.6g}, and only partitions whose noisy number clears a "
                 f"cutoff appear, set so that one privacy unit's own partitions show with probability at most "
@@ -204,7 +204,7 @@ class HistogramPlan:
             )
         if self.mechanism == "gaussian_threshold":
             return (
-                f"Histogram {self.name!r} of {METRIC_TEXT[self.spec.metric]} over partitions not known in advance, one release per window ({self.runs} "
+                f"{self._subject} over partitions not known in advance, one release per window ({self.runs} "
                 f"windows composed per privacy unit): each observed partition's bounded sum gets discrete Gaussian noise "
                 f"with sigma={self.noise:.6g}, and only partitions whose noisy value clears a cutoff appear, set so that "
                 f"one privacy unit's own partitions show with probability at most {self.selection_delta:.3g} "
@@ -212,26 +212,30 @@ class HistogramPlan:
             )
         if self.mechanism == "truncated_gaussian":
             return (
-                f"Histogram {self.name!r} of {METRIC_TEXT[self.spec.metric]} over partitions not known in advance, one release per window ({self.runs} "
+                f"{self._subject} over partitions not known in advance, one release per window ({self.runs} "
                 f"windows composed per privacy unit): each observed partition's bounded sum gets discrete Gaussian noise with sigma={self.noise:.6g} "
                 f"truncated to a public level, and only partitions whose noisy value clears threshold + truncation appear "
                 f"(Cesar–Rogers Algorithm 2; per window {self.event!r}, the truncation spending delta={self.selection_delta:.3g})."
             )
         if self.mechanism == "laplace":
             return (
-                f"Histogram {self.name!r} of {METRIC_TEXT[self.spec.metric]} over {len(self.listed)} public partitions, one release per window "
+                f"{self._subject} over {len(self.listed)} public partitions, one release per window "
                 f"({self.runs} windows composed per privacy unit): every listed partition appears, empty or not, with "
                 f"discrete Laplace noise (scale {self.noise:.6g}, standard deviation {self.noise_stddev:.6g}), "
                 f"independent per cell; one user changes at most {self.cells} (window, partition) cells by at "
                 f"most {self.sensitivity / self.max_partitions:.6g} each, composed as {self.cells} events {self.event!r}."
             )
         return (
-            f"Histogram {self.name!r} of {METRIC_TEXT[self.spec.metric]} over {len(self.listed)} public partitions, one release per window "
+            f"{self._subject} over {len(self.listed)} public partitions, one release per window "
             f"({self.runs} windows composed per privacy unit): every listed partition appears, empty or not, with discrete gaussian noise "
             f"(noise parameter {self.noise:.6g}, standard deviation {self.noise_stddev:.6g}) calibrated to the "
             f"L2 sensitivity {self.sensitivity:.6g} of one user's bounded contributions ({self._event_scope} "
             f"{self.event!r})."
         )
+
+    @property
+    def _subject(self) -> str:
+        return f"Histogram {self.name!r} of {METRIC_TEXT[self.spec.metric]}"
 
     @property
     def _event_scope(self) -> str:
@@ -282,18 +286,19 @@ def _mean_draft(spec: HistogramSpec, context: PlanningContext) -> Draft[Histogra
         raise PlanningError(f"release {spec.name!r}: metric \"mean\" needs min_value < max_value (every record is "
                             f"worth {bounds.min_value!r} here, so the mean is known)")
     counts = dataclasses.replace(context, bounds=metric_bounds(Metric.COUNT, bounds))
-    count_l2, runs = _known_sensitivity(spec, counts)
+    sums = dataclasses.replace(context, bounds=centred_bounds(bounds))
+    (count_l2, runs), (sum_l2, _) = _known_sensitivity(spec, counts), _known_sensitivity(spec, sums)
     entry = Release(spec.name, "gaussian", spec.weight, math.sqrt(2.0) * count_l2, runs)
-    return Draft((entry,), (), lambda calibrated: _mean(spec, context, calibrated[spec.name].event))
+    parts = ((counts, count_l2), (sums, sum_l2))
+    return Draft((entry,), (), lambda calibrated: _mean(spec, context, parts, calibrated[spec.name].event))
 
 
-def _mean(spec: HistogramSpec, context: PlanningContext, event: Event) -> HistogramPlan:
+def _mean(spec: HistogramSpec, context: PlanningContext, parts, event: Event) -> HistogramPlan:
+    """The mean's plan from its calibrated event; `parts`: (context, L2) of the count and of the centred sum."""
     if not isinstance(event, Gaussian):
         raise TypeError(f"histogram {spec.name!r} was calibrated to {event!r}, not Gaussian noise")
-    counts = dataclasses.replace(context, bounds=metric_bounds(Metric.COUNT, context.bounds))
-    sums = dataclasses.replace(context, bounds=centred_bounds(context.bounds))
-    (count_l2, _), (sum_l2, _) = _known_sensitivity(spec, counts), _known_sensitivity(spec, sums)
-    sigmas = [_grid_sigma(part, event.sigma * l2 / count_l2, l2) for part, l2 in ((counts, count_l2), (sums, sum_l2))]
+    (counts, count_l2), _ = parts
+    sigmas = [_grid_sigma(part, event.sigma * l2 / count_l2, l2) for part, l2 in parts]
     return HistogramPlan(spec, "mean", context.windows, sigmas[0], counts.bounds.l2, context.bounds.max_partitions,
                          event, value_range=(context.bounds.min_value, context.bounds.max_value), extra_noise=sigmas[1],
                          middle=value_middle(context.bounds))

@@ -51,7 +51,6 @@ Runtime: O(n log n) per batch and per window group (sorts), no per-row Python.
 """
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 
 import apache_beam as beam
@@ -366,18 +365,13 @@ class _BoundCapped(beam.DoFn):
         return keep[row_pair.ravel()]
 
 
-class _BoundWindowCells(beam.DoFn):
+class _BoundWindowCells(_BoundWindow):
     """All pieces of one (window, shard) -> (shard, (window index, users, partitions, bounded sums)): steps 2 and 3
     without summing, timestamped for its window; every (window, shard) has one element (empty pieces included)."""
 
     def __init__(self, bounds: ContributionBounds, window: WindowSpec, seed):
-        self._bounds = bounds
+        super().__init__(bounds, seed)
         self._window = window
-        self._seed = seed
-
-    def setup(self):
-        self._keys = _Keys(self._seed, "records")
-        self._partition_keys = _Keys(self._seed, "partitions")
 
     def process(self, element):
         (index, shard), pieces = element
@@ -410,7 +404,7 @@ class _CapInWindowOrder(beam.DoFn):
     def __init__(self, window: WindowSpec, cap: WindowCap, bounds: ContributionBounds, seed, units: bool = False):
         self._window = window
         self._cap = cap
-        self._bounds = bounds if cap.max_records is not None else dataclasses.replace(bounds, max_contributions_total=None)
+        self._mass = bounds.mass_units if cap.max_records is not None else None  # K records' worth, in units
         self._seed = seed
         self._units = units
 
@@ -450,11 +444,11 @@ class _CapInWindowOrder(beam.DoFn):
             heaviest = heaviest_first(sums, keys)
             order, rank = _group_ranks(codes.astype(np.int64), heaviest)
             before = [counts.get(name, (0, 0, 0)) for name in names]
-            room = np.array([self._room(*counted) for counted in before], dtype=np.int64)
+            room = np.array([self._room(windows, cells_kept) for windows, cells_kept, _ in before], dtype=np.int64)
             keep[order[rank < room[codes[order]]]] = True
             mass = np.abs(sums) * keep
-            if self._bounds.mass_units is not None:  # the heaviest of those up to the unit's remaining mass
-                left = np.array([self._bounds.mass_units - used for _, _, used in before], dtype=np.int64)
+            if self._mass is not None:  # the heaviest of those up to the unit's remaining mass
+                left = np.array([self._mass - used for _, _, used in before], dtype=np.int64)
                 keep &= within_mass(codes.astype(np.int64), heaviest, mass, left[codes])
             taken = np.bincount(codes[keep], minlength=len(names))
             kept_mass = np.zeros(len(names), dtype=object)  # exact, whatever the magnitudes
@@ -465,7 +459,7 @@ class _CapInWindowOrder(beam.DoFn):
         return TimestampedValue((index, _totals(labels[keep], sums[keep], self._units)),
                                 window_timestamp(self._window, index))
 
-    def _room(self, windows: int, cells: int, _mass: int) -> int:
+    def _room(self, windows: int, cells: int) -> int:
         """How many of its cells in this window a unit with `windows` windows and `cells` cells kept may keep."""
         if self._cap.max_windows is not None and windows >= self._cap.max_windows:
             return 0

@@ -27,6 +27,8 @@ Runtime: one vectorised mechanism call per window.
 """
 from __future__ import annotations
 
+import itertools
+
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
@@ -108,10 +110,15 @@ class _MeanMechanism(beam.DoFn):
         by_kind = dict(parts)  # 0: record counts, 1: centred sums
         means, stddevs = mean_release(self._plan, by_kind[0], by_kind[1],
                                       release_rng(self._seed, self._plan.name, index), self._centred)
-        start, end = window_bounds_iso(self._window, index)
-        for partition, value, stddev in zip(self._plan.listed, means, stddevs):
-            yield {"release": self._plan.name, "window_start": start, "window_end": end,
-                   "partition": partition, "value": float(value), "noise_stddev": float(stddev)}
+        yield from _rows(self._plan, self._window, index, self._plan.listed, means, stddevs)
+
+
+def _rows(plan: HistogramPlan, window: WindowSpec, index: int, partitions, values, stddevs):
+    """One window's released values as output rows, one per partition (`stddevs`: one per value)."""
+    start, end = window_bounds_iso(window, index)
+    for partition, value, stddev in zip(partitions, values, stddevs):
+        yield {"release": plan.name, "window_start": start, "window_end": end,
+               "partition": partition, "value": float(value), "noise_stddev": float(stddev)}
 
 
 def _centre(batch: pa.RecordBatch, middle: float) -> pa.RecordBatch:
@@ -131,11 +138,8 @@ class _HistogramMechanism(beam.DoFn):
         partitions, release = histogram_release(self._plan, sums, release_rng(self._seed, self._plan.name, index),
                                                 self._quantum)
         values = mechanisms.clamp_to_range(release.value[1] if self._plan.selects else release.value, *self._plan.value_range)
-        start, end = window_bounds_iso(self._window, index)
-        stddev = self._plan.noise_stddev
-        for partition, value in zip(partitions, values):
-            yield {"release": self._plan.name, "window_start": start, "window_end": end,
-                   "partition": partition, "value": float(value), "noise_stddev": stddev}
+        yield from _rows(self._plan, self._window, index, partitions, values,
+                         itertools.repeat(self._plan.noise_stddev))
 
 
 class PrivateHistogram(WindowedRelease):

@@ -49,6 +49,20 @@ def _frame(batch) -> pd.DataFrame:
     return frame
 
 
+def _released_rows(batch, releases, plan, bounds: ContributionBounds, name: str) -> list[dict]:
+    """The rows release `name` publishes from `batch`, by the release graph on the DirectRunner (seed 8)."""
+    directory = tempfile.mkdtemp(prefix="dpstream-metric-")
+
+    def store(rows):
+        with open(os.path.join(directory, "rows.json"), "w") as handle:
+            json.dump(list(rows), handle)
+
+    with TestPipeline() as pipeline:
+        outputs = release_graph(pipeline | beam.Create([batch]), releases, plan, bounds, WINDOW, seed=8)[0]
+        assert_that(outputs[name], store)
+    return json.load(open(os.path.join(directory, "rows.json")))
+
+
 def test_metric_bounds_and_sensitivities():
     assert metric_bounds(Metric.SUM, VALUES) == VALUES
     count, users = metric_bounds(Metric.COUNT, VALUES), metric_bounds(Metric.USERS, VALUES)
@@ -98,16 +112,7 @@ def test_a_run_releases_distinct_users_per_partition_and_window():
                 HistogramSpec("sum", partitions=PARTITIONS))
     plan = plan_job(releases, VALUES, WINDOW, 1000.0, 1e-6)
     assert plan["users"].noise < 0.2
-    directory = tempfile.mkdtemp(prefix="dpstream-metric-")
-
-    def store(rows):
-        with open(os.path.join(directory, "rows.json"), "w") as handle:
-            json.dump(list(rows), handle)
-
-    with TestPipeline() as pipeline:
-        outputs = release_graph(pipeline | beam.Create([batch]), releases, plan, VALUES, WINDOW, seed=8)[0]
-        assert_that(outputs["users"], store)
-    rows = json.load(open(os.path.join(directory, "rows.json")))
+    rows = _released_rows(batch, releases, plan, VALUES, "users")
     assert len(rows) == W * len(PARTITIONS)
     starts = {pd.Timestamp(WINDOW.bounds(i)[0], unit="s", tz="UTC"): i for i in range(W)}
     for row in rows:
@@ -191,16 +196,7 @@ def test_a_run_releases_the_bounded_means():
     truth = frame.groupby(["window", "partition"])["value"].mean()
     releases = (HistogramSpec("mean", partitions=PARTITIONS, metric="mean"),)
     plan = plan_job(releases, bounds, WINDOW, 1000.0, 1e-6)
-    directory = tempfile.mkdtemp(prefix="dpstream-mean-")
-
-    def store(rows):
-        with open(os.path.join(directory, "rows.json"), "w") as handle:
-            json.dump(list(rows), handle)
-
-    with TestPipeline() as pipeline:
-        outputs = release_graph(pipeline | beam.Create([batch]), releases, plan, bounds, WINDOW, seed=8)[0]
-        assert_that(outputs["mean"], store)
-    rows = json.load(open(os.path.join(directory, "rows.json")))
+    rows = _released_rows(batch, releases, plan, bounds, "mean")
     assert len(rows) == W * len(PARTITIONS)
     starts = {pd.Timestamp(WINDOW.bounds(i)[0], unit="s", tz="UTC"): i for i in range(W)}
     for row in rows:
