@@ -77,6 +77,10 @@ timestamps lie in those periods, and its events bound the privacy loss of
 one user x period unit (the runner charges a job the periods its windows
 overlap, and `pipelines.planning.job` prices one unit period).
 Proof: docs/proofs/accounting.ledger.periods.md.
+Streams (`open_stream`, `debit_stream`, `renew_stream`, `end_stream`; tables
+`dpstream_streams`, `dpstream_stream_periods`) pay a period scope one period
+at a time, when a streaming job's first window touching the period is about
+to be published, and may be resumed (`accounting.ledger.streams`).
 Refused on period scopes: SVT monitors (`open_run` with monitors),
 whose sealed state spans runs and so periods, while the monitor's budget is
 debited only once. Monitors are refused too on scopes whose filter is not an
@@ -115,6 +119,7 @@ from dpstream.accounting.ledger.store import (
     parse_filter_spec,
     resolve_url,
 )
+from dpstream.accounting.ledger.streams import STREAM_STATES, StreamRecord, StreamTicket
 
 __all__ = [
     "DEFAULT_LEASE_SECONDS",
@@ -137,6 +142,9 @@ __all__ = [
     "RunTicket",
     "ScopeView",
     "SpendResult",
+    "STREAM_STATES",
+    "StreamRecord",
+    "StreamTicket",
     "UnknownScopeError",
     "check_unit_period",
     "parse_filter_spec",

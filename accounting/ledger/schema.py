@@ -7,7 +7,10 @@
 - `dpstream_periods`, `dpstream_release_periods`: the filter state of each period of a period scope, and the
   periods each release was charged to;
 - `dpstream_runs`: every run that asked to publish (`Ledger.open_run`): its outcome, its lease on monitors and
-  an output location, and the release its publication debited.
+  an output location, and the release its publication debited;
+- `dpstream_streams`, `dpstream_stream_periods`: streams that pay as their windows are released
+  (`Ledger.open_stream`): the event each period is charged, the output, the session that may debit, and each
+  period's one decision (the release that debited it, or the refusal).
 Ledgers written before a table existed gain it when opened (`upgrade`): adding a table changes no row.
 """
 from __future__ import annotations
@@ -27,6 +30,8 @@ class Tables:
     release_periods: sa.Table
     runs: sa.Table
     retired: sa.Table
+    streams: sa.Table
+    stream_periods: sa.Table
 
 
 def define_tables() -> Tables:
@@ -103,12 +108,40 @@ def define_tables() -> Tables:
         sa.Column("reason", sa.Text, nullable=False),
         sa.Column("retired_at", sa.String(40), nullable=False),
     )
-    return Tables(metadata, scopes, releases, monitors, periods, release_periods, runs, retired)
+    streams = sa.Table(
+        "dpstream_streams",
+        metadata,
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+        sa.Column("scope", sa.String(200), sa.ForeignKey("dpstream_scopes.name"), nullable=False, index=True),
+        sa.Column("label", sa.Text, nullable=False),
+        sa.Column("output", sa.Text, nullable=False),  # where its windows are published; one stream per output
+        sa.Column("job", sa.String(64), nullable=False),  # digest of the public job: a resume must be the same job
+        sa.Column("events", sa.Text, nullable=False),  # the event each period is charged, fixed when it opens
+        sa.Column("status", sa.String(16), nullable=False, index=True),
+        sa.Column("session", sa.Integer, nullable=False),  # bumped by every resume; only this session debits
+        sa.Column("lease_until", sa.Float(precision=53), nullable=False),
+        sa.Column("reason", sa.Text, nullable=True),
+        sa.Column("created_at", sa.String(40), nullable=False),
+        sa.Column("updated_at", sa.String(40), nullable=False),
+    )
+    stream_periods = sa.Table(
+        "dpstream_stream_periods",
+        metadata,
+        sa.Column("stream_id", sa.Integer, sa.ForeignKey("dpstream_streams.id"), primary_key=True,
+                  autoincrement=False),
+        sa.Column("period", sa.BigInteger, primary_key=True, autoincrement=False),
+        sa.Column("release_id", sa.Integer, sa.ForeignKey("dpstream_releases.id"), nullable=True),
+        sa.Column("refusal", sa.Text, nullable=True),
+        sa.Column("decided_at", sa.String(40), nullable=False),
+    )
+    return Tables(metadata, scopes, releases, monitors, periods, release_periods, runs, retired, streams,
+                  stream_periods)
 
 
 def upgrade(engine: sa.Engine, tables: Tables, existing: set[str]) -> None:
     """Create the tables a ledger written by an older dpstream lacks (`existing`: the tables it has); never
     alters an existing table."""
-    missing = [t for t in (tables.runs, tables.retired) if t.name not in existing]
+    missing = [t for t in (tables.runs, tables.retired, tables.streams, tables.stream_periods)
+               if t.name not in existing]
     if missing:
         tables.metadata.create_all(engine, tables=missing)

@@ -44,6 +44,20 @@ from dpstream.accounting.ledger.records import (
     scope_config,
 )
 from dpstream.accounting.ledger.schema import define_tables, upgrade
+from dpstream.accounting.ledger.streams import (
+    FINISHED,
+    STOPPED,
+    STREAMING,
+    StreamRecord,
+    StreamTicket,
+    check_template,
+    decide_period,
+    decided,
+    find_open,
+    lease_is_live,
+    stream_grid,
+    stream_record,
+)
 from dpstream.accounting.text import instant_text
 
 DEFAULT_URL = "sqlite:///dpstream-ledger.db"
@@ -130,7 +144,7 @@ class Ledger:
         tables = self.tables = define_tables()
         self.scopes, self.releases, self.monitors = tables.scopes, tables.releases, tables.monitors
         self.periods, self.release_periods, self.runs = tables.periods, tables.release_periods, tables.runs
-        self.retired = tables.retired
+        self.retired, self.streams = tables.retired, tables.streams
         with self._errors():
             if create:
                 tables.metadata.create_all(self.engine)
@@ -432,6 +446,121 @@ class Ledger:
             if run.status == RUNNING:
                 self._finish_run(conn, run_id, outcome, _first_chars(reason))
 
+    # -- streams: debited one period at a time, as their windows are released -------------------------
+
+    def open_stream(self, scope: str, event: Event, label: str, *, output: str, job: str,
+                    lease_seconds: float = DEFAULT_LEASE_SECONDS) -> StreamTicket:
+        """Open a stream that pays `event` per period of the period scope `scope` as it publishes into `output`
+        (`accounting.ledger.streams`), or resume the stream of the same `job` (a digest of the public job) into
+        `output` that stopped, was killed or lost its lease: it keeps its decided periods and starts a new
+        session. Nothing is debited (`debit_stream` debits). LedgerError when the scope is plain, the output is
+        leased to a live run or stream, or the output's stream was made by another job; a refused ticket is
+        never returned: a stream no fresh period could admit raises LedgerError too, with the refusal."""
+        _check_event(label, event, None)
+        _check_name("output", output, 4000)
+        if not (math.isfinite(lease_seconds) and lease_seconds > 0):
+            raise LedgerError(f"a stream's lease must be a positive number of seconds, got {lease_seconds!r}")
+        with self._transaction() as conn:
+            row = self._lock_scope(conn, scope)
+            grid = stream_grid(row)
+            clock = time.time()
+            self._expire_leases(conn, clock)
+            self._check_output(conn, output)
+            refusal = check_template(row, event)
+            if refusal is not None:
+                raise LedgerError(refusal)
+            found = find_open(self.tables, conn, scope, output)
+            if found is not None and found.job != job:
+                raise LedgerError(f"output {output} holds stream {found.id} ({found.label!r}) of another job; a "
+                                  f"stream resumes only with the same job file (same releases, bounds, windows "
+                                  f"and budget); write to another output; nothing was debited")
+            if found is None:
+                stream_id, session = inserted_id(conn.execute(self.streams.insert().values(
+                    scope=scope, label=label, output=output, job=job, events=json.dumps(event.to_dict()),
+                    status=STREAMING, session=1, lease_until=clock + lease_seconds, reason=None,
+                    created_at=now_text(), updated_at=now_text()))), 1
+            else:
+                stream_id, session = found.id, found.session + 1
+                conn.execute(self.streams.update().where(self.streams.c.id == stream_id).values(
+                    status=STREAMING, session=session, lease_until=clock + lease_seconds, reason=None,
+                    updated_at=now_text()))
+            debited, refused = decided(self.tables, conn, stream_id)
+        verb = "resumed" if found is not None else "opened"
+        return StreamTicket(stream_id, session, found is not None, grid, tuple(sorted(debited)), refused,
+                            f"{verb}: stream {stream_id} ({label!r}) on scope {scope!r} pays each {grid.text} period "
+                            f"when its first window is released" + (f" ({len(debited)} period(s) paid before)"
+                                                                   if debited else ""))
+
+    def debit_stream(self, stream_id: int, session: int, periods: Periods) -> dict[int, str | None]:
+        """Debit each of `periods` for the stream once, or record its refusal: period -> None (debited, now or
+        before) or the refusal. One transaction; the same answer for every later ask. LedgerError when the
+        stream is not streaming in `session` (stopped, finished, or resumed by a newer session)."""
+        with self._transaction() as conn:
+            scope = conn.execute(sa.select(self.streams.c.scope).where(self.streams.c.id == stream_id)).scalar()
+            if scope is None:
+                raise LedgerError(f"ledger {self.display_url} has no stream {stream_id!r}")
+            row = self._lock_scope(conn, scope)
+            stream = conn.execute(sa.select(self.streams).where(self.streams.c.id == stream_id)
+                                  .with_for_update()).one()
+            if stream.status != STREAMING or stream.session != session:
+                raise LedgerError(f"stream {stream_id} is {stream.status} in session {stream.session}, not streaming "
+                                  f"in session {session}; its window is not published")
+            debited, refused = decided(self.tables, conn, stream_id)
+            grid = stream_grid(row)
+            if periods.grid != grid:
+                raise LedgerError(f"scope {scope!r} has periods of {grid.text}, not {periods.grid.text}")
+            out: dict[int, str | None] = {}
+            for period in periods.indices():
+                if period in debited:
+                    out[period] = None
+                elif period in refused:
+                    out[period] = refused[period]
+                else:
+                    out[period] = decide_period(self.tables, conn, row, stream, period, grid)
+        return out
+
+    def renew_stream(self, stream_id: int, session: int, lease_seconds: float = DEFAULT_LEASE_SECONDS) -> None:
+        """Extend a streaming session's lease; LedgerError when the stream is not streaming in that session."""
+        with self._transaction() as conn:
+            stream = self._stream_row(conn, stream_id)
+            if stream.status != STREAMING or stream.session != session:
+                raise LedgerError(f"stream {stream_id} is {stream.status} in session {stream.session}; its lease "
+                                  f"was not renewed")
+            conn.execute(self.streams.update().where(self.streams.c.id == stream_id)
+                         .values(lease_until=time.time() + lease_seconds, updated_at=now_text()))
+
+    def end_stream(self, stream_id: int, session: int, finished: bool, reason: str | None = None) -> None:
+        """End a streaming session: finished (its whole range was released or refused) or stopped (resumable).
+        A stream that a newer session resumed is left as it is."""
+        with self._transaction() as conn:
+            stream = self._stream_row(conn, stream_id)
+            if stream.session == session and stream.status == STREAMING:
+                conn.execute(self.streams.update().where(self.streams.c.id == stream_id).values(
+                    status=FINISHED if finished else STOPPED, reason=reason and _first_chars(reason),
+                    lease_until=time.time(), updated_at=now_text()))
+
+    def streams_of(self, scope: str, output: str | None = None) -> list[StreamRecord]:
+        """The scope's streams (only those into `output` when given), oldest first; a streaming one whose lease
+        ran out shows as stopped."""
+        with self._reading() as conn:
+            self._scope_row(conn, scope)
+            where = self.streams.c.scope == scope
+            if output is not None:
+                where = where & (self.streams.c.output == output)
+            rows = conn.execute(sa.select(self.streams).where(where).order_by(self.streams.c.id)).all()
+            return [stream_record(self.tables, conn, r) for r in rows]
+
+    def stream(self, stream_id: int) -> StreamRecord:
+        with self._reading() as conn:
+            return stream_record(self.tables, conn, self._stream_row(conn, stream_id, lock=False))
+
+    def _stream_row(self, conn: sa.Connection, stream_id: int, lock: bool = True) -> sa.Row:
+        query = sa.select(self.streams).where(self.streams.c.id == stream_id)
+        row = conn.execute(query.with_for_update() if lock else query).one_or_none()
+        if row is None:
+            raise LedgerError(f"ledger {self.display_url} has no stream {stream_id!r}")
+        return row
+
     def release_run(self, scope: str, run_id: int, force: bool = False) -> str:
         """An operator ends run `run_id`'s leases (`dpstream budget release`); the one line that says what changed.
 
@@ -554,6 +683,13 @@ class Ledger:
                 raise LedgerError(f"output {output} is leased to run {run.id} on scope {run.scope!r} until "
                                   f"{instant_text(float(run.lease_until))} (a concurrent run into the same place); "
                                   f"nothing was debited")
+        streams = self.streams.c
+        for stream in conn.execute(sa.select(self.streams).where((streams.output == output)
+                                                                 & (streams.status == STREAMING))).all():
+            if lease_is_live(stream):
+                raise LedgerError(f"output {output} is being written by stream {stream.id} ({stream.label!r}) on "
+                                  f"scope {stream.scope!r}, whose lease runs until "
+                                  f"{instant_text(float(stream.lease_until))}; nothing was debited")
 
     def _store_monitors(self, conn: sa.Connection, scope: str, leased: Mapping[str, list[Any]],
                         states: Mapping[str, tuple[MonitorRecord, bool]]) -> None:

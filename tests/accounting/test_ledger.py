@@ -69,7 +69,7 @@ def postgresql_url_fresh(postgres_url):
     """The run's schema, emptied before each test."""
     engine = sa.create_engine(postgres_url.replace("postgresql://", "postgresql+psycopg://"))
     with engine.begin() as conn:
-        for table in ("dpstream_retired", "dpstream_runs", "dpstream_release_periods", "dpstream_periods", "dpstream_monitors",
+        for table in ("dpstream_stream_periods", "dpstream_streams", "dpstream_retired", "dpstream_runs", "dpstream_release_periods", "dpstream_periods", "dpstream_monitors",
                       "dpstream_releases",
                       "dpstream_scopes"):
             conn.exec_driver_sql(f"DROP TABLE IF EXISTS {table}")

@@ -1,0 +1,134 @@
+"""Streams that pay a period scope one period at a time (`Ledger.open_stream`, `debit_stream`), on SQLite and
+the local PostgreSQL: each (stream, period) is decided once whatever asks again or races, the charges equal an
+up-front debit of the same periods, refusals are final, resumes keep what was paid, and stale sessions cannot
+debit. PostgreSQL skips only when no server is reachable, and fails instead when CI=true."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from dpstream.accounting.events import Gaussian, PureDP
+from dpstream.accounting.ledger import Ledger, LedgerError, Periods
+from tests.accounting.ledger_race import race
+from tests.accounting.test_ledger import (  # noqa: F401  (fixtures)
+    _scope_name,
+    ledger_url,
+    postgres_url,
+    postgresql_url_fresh,
+)
+
+HOUR = 3600
+FIRST = 1356998400 // HOUR  # 2013-01-01T00:00:00Z
+EVENT = PureDP(0.4)
+
+
+def _hours(first: int, count: int = 1) -> Periods:
+    return Periods(HOUR, FIRST + first, FIRST + first + count - 1)
+
+
+def _scope(ledger: Ledger, epsilon: float = 1.0) -> str:
+    scope = _scope_name()
+    ledger.init_scope(scope, epsilon, 0.0, unit_period=HOUR)
+    return scope
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite", "postgresql"], indirect=True)
+def test_each_period_is_debited_once_and_equals_an_up_front_debit(ledger_url):
+    with Ledger(ledger_url, create=True) as ledger:
+        scope, reference = _scope(ledger), _scope(ledger)
+        ticket = ledger.open_stream(scope, EVENT, "job", output="/out/a", job="j1")
+        assert (ticket.session, ticket.resumed, ticket.debited) == (1, False, ())
+        assert ledger.debit_stream(ticket.stream_id, 1, _hours(0)) == {FIRST: None}
+        assert ledger.debit_stream(ticket.stream_id, 1, _hours(0, 2)) == {FIRST: None, FIRST + 1: None}
+        assert ledger.debit_stream(ticket.stream_id, 1, _hours(1)) == {FIRST + 1: None}
+        assert len(ledger.history(scope)) == 2  # one release per period, however often asked
+        assert ledger.spend(reference, EVENT, "job", _hours(0, 2)).admitted
+        states = [{k: v for k, v in p.items() if k != "releases"} for p in ledger.period_states(scope)]
+        expected = [{k: v for k, v in p.items() if k != "releases"} for p in ledger.period_states(reference)]
+        assert states == expected
+        record = ledger.stream(ticket.stream_id)
+        assert sorted(record.debited) == [FIRST, FIRST + 1] and record.refused == {}
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+def test_a_refusal_is_recorded_once_and_later_periods_are_still_decided(ledger_url):
+    with Ledger(ledger_url, create=True) as ledger:
+        scope = _scope(ledger)
+        assert ledger.spend(scope, PureDP(0.8), "other job", _hours(1)).admitted
+        ticket = ledger.open_stream(scope, EVENT, "job", output="/out/a", job="j1")
+        answers = ledger.debit_stream(ticket.stream_id, 1, _hours(0, 3))
+        assert answers[FIRST] is None and answers[FIRST + 2] is None
+        assert "would exceed" in answers[FIRST + 1]
+        assert ledger.debit_stream(ticket.stream_id, 1, _hours(1)) == {FIRST + 1: answers[FIRST + 1]}
+        assert len(ledger.history(scope)) == 3  # the other job's and two stream periods
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+def test_resume_keeps_paid_periods_and_refuses_stale_sessions_and_other_jobs(ledger_url):
+    with Ledger(ledger_url, create=True) as ledger:
+        scope = _scope(ledger)
+        first = ledger.open_stream(scope, EVENT, "job", output="/out/a", job="j1", lease_seconds=60)
+        ledger.debit_stream(first.stream_id, 1, _hours(0))
+        with pytest.raises(LedgerError, match="being written by stream"):
+            ledger.open_stream(scope, EVENT, "job", output="/out/a", job="j1")
+        with pytest.raises(LedgerError, match="being written by stream"):
+            ledger.open_run(scope, EVENT, "batch", periods=_hours(5), output="/out/a")
+        ledger.end_stream(first.stream_id, 1, finished=False, reason="stopped at max_seconds")
+        with pytest.raises(LedgerError, match="another job"):
+            ledger.open_stream(scope, EVENT, "job", output="/out/a", job="j2")
+        resumed = ledger.open_stream(scope, EVENT, "job", output="/out/a", job="j1")
+        assert (resumed.stream_id, resumed.session, resumed.resumed, resumed.debited) == (
+            first.stream_id, 2, True, (FIRST,))
+        with pytest.raises(LedgerError, match="not streaming in session 1"):
+            ledger.debit_stream(first.stream_id, 1, _hours(1))
+        assert ledger.debit_stream(resumed.stream_id, 2, _hours(0, 2)) == {FIRST: None, FIRST + 1: None}
+        assert len(ledger.history(scope)) == 2
+        ledger.end_stream(resumed.stream_id, 2, finished=True)
+        with pytest.raises(LedgerError, match="finished"):
+            ledger.debit_stream(resumed.stream_id, 2, _hours(2))
+        fresh = ledger.open_stream(scope, EVENT, "job", output="/out/a", job="j1")  # after finishing: a new stream
+        assert fresh.stream_id != first.stream_id and fresh.debited == ()
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+def test_an_expired_lease_lets_a_new_session_resume(ledger_url):
+    with Ledger(ledger_url, create=True) as ledger:
+        scope = _scope(ledger)
+        first = ledger.open_stream(scope, EVENT, "job", output="/out/a", job="j1", lease_seconds=0.2)
+        time.sleep(0.3)
+        assert ledger.streams_of(scope)[0].status == "stopped"
+        resumed = ledger.open_stream(scope, EVENT, "job", output="/out/a", job="j1")
+        assert resumed.session == 2 and resumed.stream_id == first.stream_id
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+def test_streams_need_a_period_scope_and_an_event_a_period_can_admit(ledger_url):
+    with Ledger(ledger_url, create=True) as ledger:
+        plain = _scope_name()
+        ledger.init_scope(plain, 1.0, 0.0)
+        with pytest.raises(LedgerError, match="cannot pay per period"):
+            ledger.open_stream(plain, EVENT, "job", output="/out/a", job="j1")
+        scope = _scope(ledger, epsilon=0.3)
+        with pytest.raises(LedgerError, match="cannot admit"):
+            ledger.open_stream(scope, EVENT, "job", output="/out/a", job="j1")
+        with pytest.raises(LedgerError):  # a pure scope cannot price a Gaussian event at all
+            ledger.open_stream(_scope(ledger), Gaussian(1.0, 1.0), "job", output="/out/b", job="j1")
+
+
+def _debit_worker(url: str, scope: str, index: int, queue) -> None:
+    with Ledger(url) as ledger:
+        stream = ledger.streams_of(scope)[0]
+        ledger.debit_stream(stream.stream_id, stream.session, _hours(0, 3))
+        queue.put(index)
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite", "postgresql"], indirect=True)
+def test_racing_workers_debit_each_period_once(ledger_url):
+    with Ledger(ledger_url, create=True) as ledger:
+        scope = _scope(ledger)
+        ledger.open_stream(scope, EVENT, "job", output="/out/a", job="j1")
+    race(_debit_worker, ledger_url, scope, workers=6, timeout=120)
+    with Ledger(ledger_url) as ledger:
+        assert len(ledger.history(scope)) == 3
+        assert [p["releases"] for p in ledger.period_states(scope)] == [1, 1, 1]
