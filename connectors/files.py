@@ -7,6 +7,7 @@ name appears only once complete). Beam is imported when a file is first used, no
 """
 from __future__ import annotations
 
+import os
 import shutil
 import uuid
 
@@ -50,6 +51,46 @@ def write_bytes(path: str, data: bytes) -> None:
         if beam_files.exists(temporary):
             beam_files.delete([temporary])
         raise
+
+
+def create_bytes(path: str, data: bytes) -> bool:
+    """Write `data` to `path` only if nothing is there yet; False (nothing written) when it exists.
+
+    Local files: written under a temporary name, then hard-linked to `path`, which fails atomically if `path`
+    exists, so of two writers exactly one succeeds and a reader never sees a partial file. URLs: checked, then
+    written as `write_bytes` does (object stores offer no create-only rename; callers that need exclusivity
+    there hold a lease)."""
+    if not is_local(path):
+        if filesystems().exists(path):
+            return False
+        write_bytes(path, data)
+        return True
+    directory, name = os.path.split(path)
+    os.makedirs(directory, exist_ok=True)
+    temporary = os.path.join(directory, f".writing-{uuid.uuid4().hex}-{name}")
+    with open(temporary, "wb") as out:
+        out.write(data)
+    try:
+        os.link(temporary, path)
+        return True
+    except FileExistsError:
+        return False
+    finally:
+        os.unlink(temporary)
+
+
+def write_private_bytes(path: str, data: bytes) -> None:
+    """Write or replace `path` atomically, readable by its owner only when local (a URL: the bucket's rules)."""
+    if not is_local(path):
+        write_bytes(path, data)
+        return
+    directory, name = os.path.split(path)
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    temporary = os.path.join(directory, f".writing-{uuid.uuid4().hex}-{name}")
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "wb") as out:
+        out.write(data)
+    os.replace(temporary, path)
 
 
 def read_bytes(path: str) -> bytes:

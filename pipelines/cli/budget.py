@@ -119,10 +119,12 @@ def register(subparsers) -> None:
     spend.set_defaults(handler=_spend)
 
     history = actions.add_parser(
-        "history", parents=[common], help="list a scope's releases and runs with their outcomes",
+        "history", parents=[common], help="list a scope's releases, runs and streams with their outcomes",
         description="List a scope's debits and runs, oldest first. A run's outcome is published (debited), "
                     "running (it holds a lease), failed, expired (killed: its lease ran out), refused or released; "
-                    "only published runs and `budget spend` releases were debited.")
+                    "only published runs and `budget spend` releases were debited. A stream (a streaming job on a "
+                    "period scope) is listed with its state (streaming, stopped: resumable, finished) and the "
+                    "periods it paid, one release each, as its windows were released.")
     history.add_argument("--json", action="store_true", help="print JSON")
     history.set_defaults(handler=_history)
 
@@ -330,12 +332,15 @@ def _history(args: argparse.Namespace) -> int:
     with Ledger(args.ledger, on_wait=_tell) as ledger:
         releases = ledger.history(args.scope)
         runs = ledger.runs_of(args.scope)
+        streams = ledger.streams_of(args.scope)
     by_release = {run.release_id: run for run in runs if run.release_id is not None}
+    by_stream = {release_id: stream for stream in streams for release_id in stream.debited.values()}
     entries: list[tuple[str, dict, str]] = []  # (time, JSON, line)
     events = json.dumps
     for release in releases:
-        run = by_release.get(release.release_id)
-        source = "budget spend" if run is None else f"run {run.run_id}"
+        run, stream = by_release.get(release.release_id), by_stream.get(release.release_id)
+        source = (f"run {run.run_id}" if run is not None else f"stream {stream.stream_id}" if stream is not None
+                  else "budget spend")
         charged = "" if release.periods is None else "  periods " + ", ".join(p.describe() for p in release.periods)
         line = (f"release {release.release_id:>5}  {release.time}  published ({source})  {release.label}{charged}  "
                 f"{events(release.event.to_dict())}")
@@ -346,6 +351,11 @@ def _history(args: argparse.Namespace) -> int:
             reason = f": {run.reason}" if run.reason else ""
             line = f"run {run.run_id:>9}  {run.time}  {run.status}{reason}  {run.label}  (not debited)"
             entries.append((run.time, run.to_dict(), line))
+    for stream in streams:
+        refused = f", {len(stream.refused)} refused" if stream.refused else ""
+        line = (f"stream {stream.stream_id:>6}  {stream.created_at}  {stream.status} (session {stream.session}; "
+                f"{len(stream.debited)} periods debited{refused})  {stream.label}  -> {stream.output}")
+        entries.append((stream.created_at, stream.to_dict(), line))
     entries.sort(key=lambda entry: entry[0])
     if args.json:
         print(json.dumps([entry for _, entry, _ in entries], indent=2))

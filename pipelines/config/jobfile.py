@@ -158,8 +158,6 @@ def parse(document: dict[str, Any], path: str) -> Job:
     releases = _releases(check, document.get("release"), shared)
     output = _output(check, sections["output"], base, os.path.splitext(os.path.basename(path))[0])
     beam = _beam(check, sections["beam"])
-    if input_spec.format == PUBSUB and any(r.kind == "svt" for r in releases):
-        check.fail("svt releases continue across scheduled batch runs and cannot be part of a streaming (pubsub) job")
     name = os.path.splitext(os.path.basename(path))[0]
     return Job(os.path.abspath(path), name, input_spec, window, privacy, releases, output, beam)
 

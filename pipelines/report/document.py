@@ -48,6 +48,7 @@ class RunContext:
     started_at: str
     timings: dict[str, float]
     pending: dict[str, int] = dataclasses.field(default_factory=dict)  # streaming: windows not released (max_seconds)
+    stream: dict[str, Any] | None = None  # a stream that pays per period as it releases (`run.paid_stream`)
 
 
 def write_reports(context: RunContext, output_dir: str, started: float) -> dict[str, Any]:
@@ -158,6 +159,7 @@ def report_json(context: RunContext, tables: dict[str, pa.Table], chart: str | N
         "timings_s": {name: round(value, 3) for name, value in timings.items()},
         **({"streaming": {"complete": not context.pending, "windows_pending": dict(context.pending)}}
            if job.input.format == "pubsub" else {}),
+        **({"stream": context.stream} if context.stream is not None else {}),
     }
 
 
@@ -206,11 +208,12 @@ def report_markdown(context: RunContext, content: dict[str, Any]) -> str:
         "",
         "## 3. Privacy budget",
         "",
-        f"Scope `{budget['scope']}` in ledger `{budget['ledger']}` admitted this run (ledger run {budget['run_id']}) "
-        f"before any event was read, and was debited once, with the composition of every event above, when the "
-        f"outputs were complete, immediately before they were published. "
-        + (f"Scope `{budget['scope']}` holds a budget per period, and this debit was charged to each period the "
-           f"job's windows overlap: {_periods_text(budget['periods'])}. " if budget.get("periods") else "")
+        (_stream_text(budget, content["stream"]) if "stream" in content else
+           f"Scope `{budget['scope']}` in ledger `{budget['ledger']}` admitted this run (ledger run {budget['run_id']}) "
+           f"before any event was read, and was debited once, with the composition of every event above, when the "
+           f"outputs were complete, immediately before they were published. "
+           + (f"Scope `{budget['scope']}` holds a budget per period, and this debit was charged to each period the "
+              f"job's windows overlap: {_periods_text(budget['periods'])}. " if budget.get("periods") else ""))
         + (f"{budget['note'][0].upper()}{budget['note'][1:]}. " if budget.get("note") else "")
         + f"The accountant's tightest valid bound for the whole job is epsilon = {plan.epsilon:.6g} at "
         f"delta = {plan.delta:g} (target epsilon {job.privacy.epsilon:g}):",
@@ -253,6 +256,25 @@ def _unit_text(job: Job) -> str:
             f"within one period, and the budget below holds per period, renewing each period. A `{column}` active in "
             f"d periods is protected for each period separately; for all its records together it is protected as a "
             f"group of d units (epsilon up to d times larger, delta larger still).")
+
+
+def _stream_text(budget: dict[str, Any], stream: dict[str, Any]) -> str:
+    """How a stream paid: per period, as its windows were released."""
+    debited, refused = stream["periods_debited"], stream["periods_refused"]
+    skipped = stream.get("windows_skipped") or []
+    return (f"Scope `{budget['scope']}` in ledger `{budget['ledger']}` holds a budget per period, and this job is "
+            f"stream {stream['stream']} (session {stream['session']}): each period was debited once, with the "
+            f"composition of every event above, when the first window overlapping it was about to be published, "
+            f"from inside the pipeline; a window is published only after every period it overlaps was debited. "
+            f"Periods debited so far: {_period_list(debited)}. "
+            + (f"Periods refused (their windows were not published): {_period_list([int(k) for k in refused])}. "
+               if refused else "")
+            + (f"Windows not released because the stream resumed in the middle of a period whose cross-window "
+               f"bounds or peaks it cannot continue: {', '.join(str(i + 1) for i in skipped)}. " if skipped else ""))
+
+
+def _period_list(starts: list[Any]) -> str:
+    return ", ".join(str(s) for s in starts) if starts else "none"
 
 
 def _periods_text(periods: dict[str, Any]) -> str:

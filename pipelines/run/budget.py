@@ -42,6 +42,7 @@ docs/proofs/accounting.ledger.periods.md.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -68,6 +69,8 @@ from dpstream.accounting.ledger import (
     PeriodGrid,
     Periods,
     ScopeView,
+    StreamRecord,
+    StreamTicket,
     UnknownScopeError,
     resolve_url,
 )
@@ -78,7 +81,7 @@ from dpstream.pipelines.mechanisms.monitor import SparseVectorMonitor
 from dpstream.pipelines.planning import JobPlan, PlanningError, SvtPlan, plan_job
 from dpstream.pipelines.run.errors import EXIT_REFUSED, RunError
 from dpstream.pipelines.transforms.graph import release_graph, release_transform
-from dpstream.pipelines.transforms.svt import STATE
+from dpstream.pipelines.transforms.svt import STATE, snapshot_path
 from dpstream.pipelines.transforms.windowing import iso
 
 MonitorRecords = dict[str, MonitorRecord | None]
@@ -184,10 +187,12 @@ class Budget:
     def apply(self, events: beam.PCollection) -> dict[str, beam.PCollection]:
         """Every release of the budget applied to `events`: release name -> dict rows."""
         initial = {m.name: self._initial_state(m) for m in self.plan.monitors()}
+        snapshots = None if events.is_bounded else {m.name: self._snapshot_dir(m.name) for m in self.plan.monitors()}
         rows, states = release_graph(events, self.releases, self.plan, self.bounds, self.window, self.seed,
-                                     self.shards, initial)
+                                     self.shards, initial, snapshots)
         for name, state in states.items():
-            state | f"Seal state {name}" >> _WriteState(self._state_path(name))
+            if state.is_bounded:  # streaming monitors seal a snapshot per window instead (`sealed_states`)
+                state | f"Seal state {name}" >> _WriteState(self._state_path(name))
         return rows
 
     # -- lifecycle ---------------------------------------------------------------------------------------
@@ -263,21 +268,85 @@ class Budget:
                     f"prices it at the job's own delta; ")
         return ""
 
+    # -- streams that pay as they release (period scopes) ------------------------------------------------
+
+    def scope_grid(self) -> PeriodGrid | None:
+        """The scope's period grid (None: a plain scope); RunError when the scope or ledger is missing."""
+        with self._ledger("nothing was debited") as ledger:
+            try:
+                return ledger.unit_period(self.scope)
+            except UnknownScopeError as err:
+                raise RunError(f"budget scope {self.scope!r} is not in ledger {ledger.display_url}; "
+                               f"{self._create_hint()}") from err
+
+    def job_digest(self) -> str:
+        """A digest of everything public that decides the plan and its outputs: a stream resumes only under it."""
+        public = repr((self.scope, self.epsilon, self.delta, self.bounds, self.window, self.releases,
+                       self.unit_period, self.seed, self.shards))
+        return hashlib.sha256(public.encode("utf-8")).hexdigest()
+
+    def open_stream(self, label: str, output: str) -> StreamTicket:
+        """Open (or resume) a stream on the period scope that pays the plan's event per period as windows are
+        released (`Ledger.open_stream`); checked as `scope_periods` checks a run. RunError EXIT_REFUSED when
+        no fresh period could admit it; nothing is debited here."""
+        event = Composed(tuple(self.plan.events(frozenset())))
+        with self._ledger("nothing was debited") as ledger:
+            self.scope_periods(ledger.unit_period(self.scope))
+            try:
+                return ledger.open_stream(self.scope, event, label, output=output, job=self.job_digest(),
+                                          lease_seconds=self.lease_seconds)
+            except LedgerError as err:
+                if str(err).startswith("refused:"):
+                    raise RunError(str(err), EXIT_REFUSED) from err
+                raise
+
+    def renew_stream(self, ticket: StreamTicket) -> None:
+        with self._ledger("the stream's lease was not renewed") as ledger:
+            ledger.renew_stream(ticket.stream_id, ticket.session, self.lease_seconds)
+
+    def end_stream(self, ticket: StreamTicket, finished: bool, reason: str | None = None) -> StreamRecord:
+        """End the stream's session (finished, or stopped and resumable); its record as the ledger has it."""
+        with self._ledger("its lease runs out by itself") as ledger:
+            ledger.end_stream(ticket.stream_id, ticket.session, finished, reason)
+            return ledger.stream(ticket.stream_id)
+
+    def stream_view(self) -> tuple[str, ScopeView]:
+        """(the ledger's URL without its password, the scope's public view now)."""
+        with self._ledger("nothing was changed") as ledger:
+            return ledger.display_url, ledger.show(self.scope)
+
     def renew(self, admission: Admission) -> None:
         """Extend the run's leases (`LeaseKeeper` calls this while the pipeline runs)."""
         with self._ledger("the run's lease was not renewed") as ledger:
             ledger.renew_run(admission.run_id, self.lease_seconds)
 
-    def sealed_states(self) -> MonitorStates:
-        """Each monitor's record as the finished pipeline sealed it (read from, then removed from, state_dir)."""
-        next_start = self.window.next_start
+    def sealed_states(self, released: dict[str, set[int]] | None = None) -> MonitorStates:
+        """Each monitor's record as the pipeline sealed it (read from state_dir).
+
+        Batch (`released` None): the state sealed after the run's last window (the file is removed). Streaming
+        (`released`: release name -> the window indices whose alerts were published): the state the monitor
+        sealed after the last published window, continuing at the window after it; a monitor that published
+        no window keeps the state it started from."""
         out: MonitorStates = {}
         for planned in self.plan.monitors():
-            path = self._state_path(planned.name)
-            state = json.loads(read_bytes(path))
-            remove_file(path)
+            if released is None:
+                path = self._state_path(planned.name)
+                state, next_start = json.loads(read_bytes(path)), self.window.next_start
+                remove_file(path)
+            else:
+                state, next_start = self._streamed_state(planned, released.get(planned.name, set()))
             out[planned.name] = (MonitorRecord(state, next_start), state["halt_reason"] is not None)
         return out
+
+    def _streamed_state(self, planned: SvtPlan, released: set[int]) -> tuple[dict[str, Any], float]:
+        """(sealed state, next window start) of a streaming monitor whose windows `released` were published."""
+        if not released:
+            initial = self._initial_state(planned)
+            return (dict(initial) if initial is not None else planned.monitor().to_dict()), self.window.start
+        last = max(released)
+        state = json.loads(read_bytes(snapshot_path(self._snapshot_dir(planned.name), last)))
+        following = self.window.bounds(last + 1)[0] if last + 1 < self.window.count else self.window.next_start
+        return state, following
 
     def preview(self, admission: Admission, states: MonitorStates | None) -> tuple[Debit, str]:
         """The debit `commit` would make now, with the scope's view after it, and a token of the scope's state
@@ -412,6 +481,9 @@ class Budget:
             return None
         record = self.monitor_records.get(planned.name)
         return None if record is None else record.state
+
+    def _snapshot_dir(self, name: str) -> str:
+        return join(os.path.dirname(self._state_path(name)), f"{name}.windows")
 
     def _state_path(self, name: str) -> str:
         if self._state_dir is None:

@@ -39,17 +39,18 @@ def check_memory(size: PlanSize, options: PipelineOptions, limit_gb: float) -> N
                    f"runner (-- --runner=DataflowRunner or FlinkRunner); nothing was debited")
 
 
-def check_event_time(window: WindowSpec, options: PipelineOptions, now: float) -> None:
-    """RunError (exit 2) for a streaming (Pub/Sub) run on the DirectRunner whose first window is released before
-    `now` (seconds since the epoch): that runner's Pub/Sub watermark follows the wall clock, not the timestamp
-    attribute, so every record of such a window would arrive late and be dropped, and the window would be
-    released as noise alone."""
+def check_event_time(window: WindowSpec, options: PipelineOptions, now: float, first: int = 0) -> None:
+    """RunError (exit 2) for a streaming (Pub/Sub) run on the DirectRunner whose first window to release (index
+    `first`: a resumed stream's) is released before `now` (seconds since the epoch): that runner's Pub/Sub
+    watermark follows the wall clock, not the timestamp attribute, so every record of such a window would arrive
+    late and be dropped, and the window would be released as noise alone."""
     if runner_name(options) not in _DIRECT:
         return
-    first_release = window.bounds(0)[1] + window.allowed_lateness
+    first_release = window.bounds(first)[1] + window.allowed_lateness
     if first_release > now:
         return
-    raise RunError(f"the first window ends at {instant_text(window.bounds(0)[1])}, in the past: on the DirectRunner "
+    which = "first window" if first == 0 else f"first window to release (window {first + 1})"
+    raise RunError(f"the {which} ends at {instant_text(window.bounds(first)[1])}, in the past: on the DirectRunner "
                    f"a Pub/Sub read's watermark follows the wall clock, not the timestamp attribute, so past windows "
                    f"would be released from noise alone; replay past events from a file (input.format = \"jsonl\") "
                    f"or run on Dataflow, or start the range after now; nothing was debited")

@@ -34,22 +34,22 @@ from typing import Any, Sequence
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
-from apache_beam.transforms.window import GlobalWindows
 
 from dpstream.accounting.ledger import DEFAULT_LEASE_SECONDS, LedgerConflict
 from dpstream.accounting.text import first_line, instant_text
-from dpstream.connectors.beam_io import ReadEvents
 from dpstream.connectors.errors import InputError
 from dpstream.connectors.files import is_local, join, remove_tree
 from dpstream.connectors.readers import check_input
-from dpstream.connectors.writers import release_path, write_rows
+from dpstream.connectors.writers import release_path
 from dpstream.pipelines.config.jobfile import PUBSUB, Job
 from dpstream.pipelines.planning import JobPlan
 from dpstream.pipelines.planning.size import plan_size
 from dpstream.pipelines.report import document as report
+from dpstream.pipelines.run import paid_stream
 from dpstream.pipelines.run import streaming as streaming_io
 from dpstream.pipelines.run.budget import Admission, Budget, Debit
-from dpstream.pipelines.run.errors import EXIT_ERROR, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_REFUSED, RunError
+from dpstream.pipelines.run.errors import EXIT_ERROR, EXIT_INTERNAL, EXIT_OK, EXIT_REFUSED, RunError
+from dpstream.pipelines.run.job_graph import build_pipeline, pipeline_error
 from dpstream.pipelines.run.lease import LeaseKeeper
 from dpstream.pipelines.run.preflight import check_event_time, check_memory, check_runner
 from dpstream.pipelines.run.publication import Publication
@@ -144,17 +144,25 @@ def run(
     options = beam_options(job, beam_args)
     check_runner(options)
     check_memory(plan_size(job_plan), options, job.beam.max_memory_gb)
-    if streaming:
-        check_event_time(job.window, options, time.time())
-    timings["plan_s"] = time.perf_counter() - started
     job_budget = budget(job, ledger_url, state_dir=None if is_local(output_dir) else output_dir,
                         lease_seconds=lease_seconds)
+    grid = job_budget.scope_grid() if streaming else None
+    timings["plan_s"] = time.perf_counter() - started
+    if grid is not None:  # a stream on a period scope pays each period as its windows are released
+        if overwrite:
+            raise RunError(f"{job.source}: --overwrite does not apply to a stream on a period scope, which resumes "
+                           f"into its own output; write to another output; nothing was debited")
+        stream = paid_stream.run_stream(job, job_budget, grid, options, beam_args, output_dir, log, max_seconds,
+                                        progress, started, timings)
+        return RunOutcome(output_dir, stream.report, stream.files, stream.pending)
+    if streaming:
+        check_event_time(job.window, options, time.time())
     with Publication(output_dir, overwrite, job_budget.was_published, log) as publication:
         files = {spec.name: release_path(publication.staging, spec.name, job.output.format) for spec in job.releases}
         parts = ({spec.name: join(publication.staging, streaming_io.PARTS_DIR, spec.name) for spec in job.releases}
                  if streaming else None)
         try:
-            pipeline = _build_pipeline(job, job_budget, options, files, parts)
+            pipeline = build_pipeline(job, job_budget, options, files, parts)
         except (ValueError, TypeError) as err:
             raise RunError(f"{job.source}: cannot build the pipeline: {first_line(err)}; nothing was debited") from err
         label = f"job {job.name} ({job.source}) at {started_at}: " + ", ".join(r.name for r in job.releases)
@@ -169,15 +177,16 @@ def run(
             try:
                 progress(STAGES[2].format(windows=job.window.count, releases=len(job.releases)))
                 tick = time.perf_counter()
-                with LeaseKeeper(job_budget, admission):
-                    pending = _compute(job, job_budget, pipeline, files, parts, max_seconds, publication, progress)
-                    states = job_budget.sealed_states()
+                with LeaseKeeper(lambda: job_budget.renew(admission), job_budget.lease_seconds, f"run-{admission.run_id}"):
+                    pending, released = _compute(job, job_budget, pipeline, files, parts, max_seconds, publication,
+                                                 progress)
+                    states = job_budget.sealed_states(released)
                 timings["pipeline_s"] = time.perf_counter() - tick
                 progress(STAGES[3])
                 debit, written = _commit(job, job_budget, admission, states, options, beam_args, files, started_at,
                                          timings, pending, publication, started)
             except Exception as err:
-                error = err if isinstance(err, RunError) else _pipeline_error(err)
+                error = err if isinstance(err, RunError) else pipeline_error(err)
                 _abandon(job_budget, admission, str(error), log)  # the one line the user sees, not the runner's wrapping
                 if error is err:
                     raise
@@ -196,12 +205,13 @@ def run(
 
 def _compute(job: Job, job_budget: Budget, pipeline: beam.Pipeline, files: dict[str, str],
              parts: dict[str, str] | None, max_seconds: float | None, publication: Publication,
-             progress) -> dict[str, int]:
-    """Run the pipeline into the staging directory; the windows still pending (streaming at max_seconds).
+             progress) -> tuple[dict[str, int], dict[str, set[int]] | None]:
+    """Run the pipeline into the staging directory; (the windows still pending (streaming at max_seconds),
+    release name -> the windows released (streaming; None for batch)).
     Streaming tells `progress` one line per window as its releases are written (`STREAMING_WINDOW`)."""
     if parts is None:
         pipeline.run().wait_until_finish()
-        return {}
+        return {}, None
     expected = {spec.name: streaming_io.emissions(job_budget.plan[spec.name], job.window) for spec in job.releases}
     def on_window(index: int) -> None:
         progress(STREAMING_WINDOW.format(number=index + 1, windows=job.window.count,
@@ -211,7 +221,7 @@ def _compute(job: Job, job_budget: Budget, pipeline: beam.Pipeline, files: dict[
     for name, directory in parts.items():
         streaming_io.merge_parts(directory, stream.released[name], files[name], job.output.format)
     remove_tree(join(publication.staging, streaming_io.PARTS_DIR))
-    return stream.pending()
+    return stream.pending(), stream.released
 
 
 def _commit(job: Job, job_budget: Budget, admission: Admission, states, options: PipelineOptions,
@@ -243,54 +253,3 @@ def _abandon(job_budget: Budget, admission: Admission, reason: str, log) -> None
         job_budget.abandon(admission, reason)
     except RunError as err:
         log(f"note: could not record the run's failure ({err})")
-
-
-def _build_pipeline(job: Job, job_budget: Budget, options: PipelineOptions, files: dict[str, str],
-                    parts: dict[str, str] | None = None) -> beam.Pipeline:
-    """The job's Beam graph: read -> the budget's private releases -> one file per release (streaming: one per
-    window, in the `parts` directories). Building it reads no data."""
-    pipeline = beam.Pipeline(options=options)
-    if job.input.format == PUBSUB:
-        from dpstream.connectors.pubsub import PubSubSource, ReadPubSubEvents
-
-        assert isinstance(job.input, PubSubSource)
-        batches = pipeline | "Read events" >> ReadPubSubEvents(job.input)
-    else:
-        batches = pipeline | "Read events" >> ReadEvents(job.input)
-    released = job_budget.apply(batches)
-    if parts is not None:
-        for name, rows in released.items():
-            indices = streaming_io.emissions(job_budget.plan[name], job.window)
-            rows | f"Write windows {name}" >> streaming_io.WriteWindowParts(job.window, indices, parts[name])
-        return pipeline
-    for name, rows in released.items():
-        (
-            rows
-            | f"Unwindow {name}" >> beam.WindowInto(GlobalWindows())
-            | f"Collect {name}" >> beam.combiners.ToList()
-            | f"Write {name}" >> beam.Map(write_rows, files[name], job.output.format)
-        )
-    return pipeline
-
-
-def _pipeline_error(err: Exception) -> RunError:
-    """One line for a failed computation: the input error inside the runner's wrapping when there is one."""
-    cause = _input_error(err)
-    consequence = "nothing was published or debited"
-    if str(err).startswith("KeyboardInterrupt"):  # Beam re-raises Ctrl-C in a worker as RuntimeError
-        return RunError(f"interrupted; {consequence}", EXIT_INTERRUPTED)
-    if cause is not None:
-        return RunError(f"{cause}; {consequence}")
-    return RunError(f"pipeline failed: {type(err).__name__}: {first_line(err)}; {consequence}", EXIT_INTERNAL)
-
-
-def _input_error(err: BaseException) -> InputError | None:
-    """The innermost InputError of the chain (Beam re-raises it with "[while running ...]" appended)."""
-    found, seen = None, set()
-    link: BaseException | None = err
-    while link is not None and id(link) not in seen:
-        if isinstance(link, InputError):
-            found = link
-        seen.add(id(link))
-        link = link.__cause__ or link.__context__
-    return found

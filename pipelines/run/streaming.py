@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import apache_beam as beam
 
+from dpstream.connectors.files import create_bytes
 from dpstream.connectors.writers import join, read_bytes, write_bytes, write_rows
 from dpstream.pipelines.config.specs import WindowSpec
 from dpstream.pipelines.planning import PeakPlan
@@ -39,7 +40,8 @@ from dpstream.pipelines.transforms.windowing import AttachWindowTimestamp, beam_
 _LOG = logging.getLogger(__name__)
 PARTS_DIR = "windows"
 POLL_S = 1.0
-_PART = re.compile(r"window-(\d+)\.jsonl$")
+REFUSED = ".refused"
+_PART = re.compile(r"window-(\d+)\.(jsonl|refused)$")
 
 
 def emissions(plan, window: WindowSpec) -> tuple[int, ...]:
@@ -64,61 +66,108 @@ class _AtEmission(beam.DoFn):
 
 
 class _WritePart(beam.DoFn):
-    """(emission index, rows and one None marker) -> the emission's JSON-lines file."""
+    """(emission index, rows and one None marker) -> the emission's JSON-lines file.
 
-    def __init__(self, directory: str):
-        self._directory = directory
+    With a `payer` (a stream that pays as it releases, `payment.PeriodPayer`) the window's periods are debited
+    first, and a window whose debit was refused gets a `.refused` file with the reason instead of its rows.
+    Either file is created only if the emission has none yet (a resumed stream never publishes a window twice),
+    and only for the emissions this run may release (`indices`)."""
+
+    def __init__(self, directory: str, indices: tuple[int, ...], payer=None):
+        self._directory, self._indices, self._payer = directory, frozenset(indices), payer
 
     def process(self, element):
         index, items = element
+        if index not in self._indices:
+            _LOG.warning("window %d is not released by this run; its rows are dropped", index)
+            return
+        path = part_path(self._directory, index)
+        if self._payer is not None:
+            if released_before(path):
+                return
+            refusal = self._payer.pay(index)
+            if refusal is not None:
+                _LOG.warning("window %d is not published: %s", index, refusal)
+                create_bytes(path.removesuffix(".jsonl") + REFUSED, (refusal + "\n").encode("utf-8"))
+                return
         rows = [item for item in items if item is not None]
-        write_bytes(part_path(self._directory, index), "".join(json.dumps(row) + "\n" for row in rows).encode("utf-8"))
+        data = "".join(json.dumps(row) + "\n" for row in rows).encode("utf-8")
+        if self._payer is None:
+            write_bytes(path, data)
+        elif not create_bytes(path, data):
+            _LOG.warning("window %d was already published; the new rows are dropped", index)
+
+
+def released_before(path: str) -> bool:
+    """Whether an emission's part (its rows or its refusal) exists already."""
+    from apache_beam.io.filesystems import FileSystems
+
+    return FileSystems.exists(path) or FileSystems.exists(path.removesuffix(".jsonl") + REFUSED)
 
 
 class WriteWindowParts(beam.PTransform):
     """Rows of one release -> one file per emission, written when the emission's window is released.
 
     `indices`: the release's expected emissions (`emissions`); `directory`: where
-    its files go (a local path or a URL).
+    its files go (a local path or a URL); `payer`: see `_WritePart`. `one_row`: every emission is exactly one
+    row (svt alerts, which a stateful monitor emits in window order after the window's watermark), written
+    as it arrives instead of grouped per window with a marker (a row emitted from a timer may be behind the
+    watermark of a window grouping downstream, which would drop it).
     """
 
-    def __init__(self, window: WindowSpec, indices: tuple[int, ...], directory: str) -> None:
+    def __init__(self, window: WindowSpec, indices: tuple[int, ...], directory: str, payer=None,
+                 one_row: bool = False) -> None:
         super().__init__()
         self._window = window
         self._indices = indices
         self._directory = directory
+        self._payer = payer
+        self._one_row = one_row
 
     def display_data(self) -> dict:
         return {"directory": self._directory, "emissions": len(self._indices)}
 
     def expand(self, rows):
+        keyed = rows | "Key by emission" >> beam.ParDo(_AtEmission(self._window))
+        write = _WritePart(self._directory, self._indices, self._payer)
+        if self._one_row:  # each emission is exactly one row (svt): written as it comes, no grouping to wait for
+            return (keyed
+                    | "As a part" >> beam.MapTuple(lambda index, row: (index, [row, None]))
+                    | "Write part" >> beam.ParDo(write))
         markers = (
             rows.pipeline
             | "Emissions" >> beam.Create([(index, None) for index in self._indices])
             | "Timestamp emissions" >> beam.ParDo(AttachWindowTimestamp(self._window))
         )
-        keyed = rows | "Key by emission" >> beam.ParDo(_AtEmission(self._window))
         return (
             (keyed | "Window rows" >> beam.WindowInto(beam_windows(self._window)),
              markers | "Window markers" >> beam.WindowInto(beam_windows(self._window)))
             | "With markers" >> beam.Flatten()
             | "Group per emission" >> beam.GroupByKey()
-            | "Write part" >> beam.ParDo(_WritePart(self._directory))
+            | "Write part" >> beam.ParDo(write)
         )
 
 
-def released(directory: str) -> set[int]:
-    """Emission indices whose files exist in `directory` (a part appears only once completely written)."""
+def parts(directory: str) -> dict[int, bool]:
+    """Emission index -> True (its rows were published) or False (its debit was refused), for every emission
+    with a file in `directory` (a part appears only once completely written)."""
     from apache_beam.io.filesystems import FileSystems
 
-    found = FileSystems.match([join(directory, "window-*.jsonl")])[0].metadata_list
-    return {int(match.group(1)) for item in found if (match := _PART.search(item.path))}
+    found = FileSystems.match([join(directory, "window-*")])[0].metadata_list
+    return {int(match.group(1)): match.group(2) == "jsonl" for item in found if (match := _PART.search(item.path))}
+
+
+def released(directory: str) -> set[int]:
+    """Emission indices that are decided: their rows or their refusal have a file in `directory`."""
+    return set(parts(directory))
 
 
 def merge_parts(directory: str, indices: set[int], path: str, fmt: str) -> int:
-    """Write the rows of the given parts to one release file (sorted, as a batch run writes it); returns the rows."""
+    """Write the rows of the given parts to one release file (sorted, as a batch run writes it; refused windows
+    have no rows); returns the rows."""
     rows: list[dict] = []
-    for index in sorted(indices):
+    published = {index for index, has_rows in parts(directory).items() if has_rows}
+    for index in sorted(indices & published):
         text = read_bytes(part_path(directory, index)).decode("utf-8")
         rows.extend(json.loads(line) for line in text.splitlines() if line)
     return write_rows(rows, path, fmt)

@@ -25,15 +25,16 @@ TRANSFORMS: dict[type, type[WindowedRelease]] = {HistogramPlan: PrivateHistogram
 
 def release_transform(planned: ReleasePlan, bounds: ContributionBounds, window: WindowSpec, seed: int | None,
                       shards: int = 1, monitor_state: Mapping[str, Any] | None = None,
-                      cap: WindowCap | None = None) -> WindowedRelease:
+                      cap: WindowCap | None = None, snapshots: str | None = None) -> WindowedRelease:
     """The private transform of one planned release (`TRANSFORMS` by plan type); svt: its monitor continues
-    `monitor_state` (None: a new monitor) and the transform yields {"alerts": rows, STATE: sealed state}.
+    `monitor_state` (None: a new monitor) and the transform yields {"alerts": rows, STATE: sealed state};
+    streaming, it also seals its state after each window into the `snapshots` directory.
 
     `cap`: the plan's cross-window cap (`JobPlan.window_cap`), which every kind but svt applies in bounding
     (an svt monitor's filter is charged the same however few windows a unit reaches, so a cap would only drop
     data)."""
     if isinstance(planned, SvtPlan):
-        return SparseVectorAlerts(planned, bounds, window, seed, shards, monitor_state)
+        return SparseVectorAlerts(planned, bounds, window, seed, shards, monitor_state, snapshots)
     return TRANSFORMS[type(planned)](planned, bounds, window, seed, shards, cap=cap)
 
 
@@ -46,6 +47,7 @@ def release_graph(
     seed: int | None,
     shards: int = 1,
     monitor_states: Mapping[str, Mapping[str, Any] | None] | None = None,
+    monitor_snapshots: Mapping[str, str] | None = None,
 ) -> tuple[dict[str, beam.PCollection], dict[str, beam.PCollection]]:
     """(release name -> rows, svt release name -> its sealed state after the run), for every release of the job.
 
@@ -53,7 +55,8 @@ def release_graph(
     bounds and window. `seed`: None in production (OS CSPRNG); an integer only in tests, where every
     (release, window) noise stream and every sampling key is derived from it, so batch and streaming runs give
     the same rows. `monitor_states`: svt release name -> the monitor's sealed state from the ledger (absent or
-    None: a new monitor).
+    None: a new monitor). `monitor_snapshots`: svt release name -> where a streaming monitor seals its state
+    after each window (`svt.snapshot_path`).
     """
     if plan.bounds != bounds or plan.window != window:
         raise ValueError(f"the plan was made for bounds={plan.bounds} and window={plan.window}, got bounds={bounds} and window={window}")
@@ -64,7 +67,7 @@ def release_graph(
         if planned.spec != spec:
             raise ValueError(f"release {spec.name!r} differs from the planned one: planned {planned.spec}, got {spec}")
         transform = release_transform(planned, bounds, window, seed, shards, monitor_states.get(spec.name),
-                                      plan.window_cap)
+                                      plan.window_cap, (monitor_snapshots or {}).get(spec.name))
         released = batches | f"Release {spec.name}" >> transform
         if isinstance(planned, SvtPlan):
             outputs[spec.name], states[spec.name] = released["alerts"], released[STATE]

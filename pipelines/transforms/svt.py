@@ -17,7 +17,11 @@ Order. Batch: the window queries are grouped under the monitor's key and
 processed sorted by window index (= by window end). Streaming: a stateful
 DoFn keyed by monitor buffers the queries and, on an event-time timer, runs
 every buffered window that is next in line; a window waits until all earlier
-windows were answered, so out-of-order arrival still gives window order.
+windows were answered, so out-of-order arrival still gives window order. Each
+alert row travels at its own window's timestamp, and, given a `snapshots`
+directory, the monitor's sealed state after each window is written there
+(`snapshot_path`) before that window's row is emitted, so whatever prefix of
+windows a stopped stream published, the state after it is on disk.
 Every window of the range has a query (empty windows included,
 `aggregation.PerWindowSums`), so waiting always ends. Late records (behind the
 watermark at aggregation) are dropped there, before any noise.
@@ -45,6 +49,7 @@ instance length (memoised).
 """
 from __future__ import annotations
 
+import json
 from fractions import Fraction
 from typing import Any, Mapping
 
@@ -55,8 +60,9 @@ import pyarrow.compute as pc
 from apache_beam.coders import PickleCoder
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateSpec, TimerSpec, on_timer
-from apache_beam.transforms.window import GlobalWindows
+from apache_beam.transforms.window import GlobalWindows, TimestampedValue
 
+from dpstream.connectors.files import join, write_private_bytes
 from dpstream.connectors.schema import EVENT_SCHEMA
 from dpstream.pipelines.config.specs import ContributionBounds, WindowSpec
 from dpstream.pipelines.mechanisms.fixedpoint import exact_value, rounded_quotient, total
@@ -156,6 +162,19 @@ class MonitorRun:
             self.monitor.close()
         return self.monitor.to_dict()
 
+    def sealed_copy(self) -> dict[str, Any]:
+        """What `seal` would return now, leaving this run's monitor (and its open instance) as it is: the state
+        to resume from if the run's published windows end here."""
+        copy = SparseVectorMonitor.from_dict(self.monitor.to_dict())
+        if not self._plan.spec.persist_threshold:
+            copy.close()
+        return copy.to_dict()
+
+
+def snapshot_path(directory: str, index: int) -> str:
+    """Where a streaming monitor seals its state after answering its run's window `index`."""
+    return join(directory, f"window-{index:06d}.json")
+
 
 class _BatchMonitor(beam.DoFn):
     """(monitor key, every window's (index, query)) -> rows in window order, then the sealed state."""
@@ -187,8 +206,9 @@ class _StreamingMonitor(beam.DoFn):
     PENDING = BagStateSpec("pending", PickleCoder())
     FLUSH = TimerSpec("flush", TimeDomain.WATERMARK)
 
-    def __init__(self, plan: SvtPlan, window: WindowSpec, initial_state, seed):
+    def __init__(self, plan: SvtPlan, window: WindowSpec, initial_state, seed, snapshots: str | None):
         self._plan, self._window, self._initial, self._seed = plan, window, initial_state, seed
+        self._snapshots = snapshots
 
     def process(self, element, timestamp=beam.DoFn.TimestampParam,
                 pending=beam.DoFn.StateParam(PENDING), flush=beam.DoFn.TimerParam(FLUSH)):
@@ -205,7 +225,12 @@ class _StreamingMonitor(beam.DoFn):
         waiting = dict(pending.read())
         pending.clear()
         while run.next_index in waiting:
-            yield from run.answer(run.next_index, waiting.pop(run.next_index))
+            index = run.next_index
+            rows = run.answer(index, waiting.pop(index))
+            if self._snapshots is not None:  # sealed before its alert can be published
+                write_private_bytes(snapshot_path(self._snapshots, index), json.dumps(run.sealed_copy()).encode())
+            timestamp = window_timestamp(self._window, index)
+            yield from (TimestampedValue(row, timestamp) for row in rows)
         for query in waiting.items():
             pending.add(query)
         if run.finished:
@@ -226,9 +251,10 @@ class SparseVectorAlerts(WindowedRelease):
     """
 
     def __init__(self, plan: SvtPlan, bounds: ContributionBounds, window: WindowSpec, seed: int | None = None,
-                 shards: int = 1, initial_state: Mapping[str, Any] | None = None):
+                 shards: int = 1, initial_state: Mapping[str, Any] | None = None, snapshots: str | None = None):
         super().__init__(plan, bounds, window, seed, shards)
         self._initial = None if initial_state is None else dict(initial_state)
+        self._snapshots = snapshots
 
     def default_label(self) -> str:
         return f"SparseVectorAlerts({self._plan.name}, {self._plan.spec.method}, {self._plan.spec.metric})"
@@ -261,5 +287,6 @@ class SparseVectorAlerts(WindowedRelease):
             )
         else:
             outputs = queries | "Monitor on event-time timers" >> beam.ParDo(
-                _StreamingMonitor(self._plan, self._window, self._initial, self._seed)).with_outputs(STATE, main="alerts")
+                _StreamingMonitor(self._plan, self._window, self._initial, self._seed, self._snapshots)
+            ).with_outputs(STATE, main="alerts")
         return {"alerts": outputs.alerts, STATE: outputs[STATE]}

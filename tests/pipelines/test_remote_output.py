@@ -71,7 +71,7 @@ def test_window_files_and_their_merge(tmp_path):
     assert streaming.emissions(job_plan["busiest"], job.window) == (2,)  # one 3-day period, emitted at its end
     parts = str(tmp_path / "windows" / "daily")
     rows = {0: [{"window_start": "b", "value": 1.5}], 2: [], 1: [{"window_start": "a", "value": -2.0, "k": [1, 2]}]}
-    write = streaming._WritePart(parts)
+    write = streaming._WritePart(parts, (0, 1, 2))
     for index, window_rows in rows.items():
         write.process((index, [*window_rows, None]))
     assert streaming.released(parts) == {0, 1, 2}

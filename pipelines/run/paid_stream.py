@@ -1,0 +1,173 @@
+"""Streaming jobs on period scopes: each period paid when its first window is released, and resumable.
+
+A streaming job (Pub/Sub input) whose ledger scope holds a budget per period (`dpstream budget init
+--unit-period P`) is a stream (`accounting.ledger.streams`). Order (docs/proofs/pipelines.run.stream.md):
+1. everything public is checked first, as for a run (the runner did: job, plan, runner options, memory);
+2. the output directory is read: the windows a stream of this job released there before (parts, or refusals)
+   are kept, and this run releases the rest, from the first window no release has decided (`resume_point`);
+3. the ledger opens the stream, or resumes the stream of the same job into the same output in a new session
+   (nothing is debited; a stream no fresh period could admit is refused, exit 3);
+4. the pipeline computes each window; just before it writes window i it debits, once per stream, every
+   period window i overlaps (`payment.PeriodPayer`), and writes OUTPUT/windows/NAME/window-IIIIII.jsonl only
+   when all of them were admitted (else window-IIIIII.refused, with the reason). Written windows are
+   published: a reader may use them at once. The launcher renews the stream's lease meanwhile;
+5. when every window is decided, or at `max_seconds`, the pipeline is cancelled, the parts are merged into
+   one file per release (every window released so far, by any session) and report.json / report.md are
+   written into OUTPUT; the stream ends finished, or stopped (resumable: run the same job file again).
+A failure or interrupt ends the session stopped: windows already published stay published and paid; periods
+not reached are never debited. Windows are numbered from the job's window.start whatever session releases
+them, so a resumed stream with a fixed seed releases what one uninterrupted run would.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Sequence
+
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+
+from dpstream.accounting.ledger import PeriodGrid, StreamRecord, StreamTicket
+from dpstream.accounting.text import instant_text
+from dpstream.connectors.files import filesystems, join
+from dpstream.connectors.writers import release_path
+from dpstream.pipelines.config.jobfile import Job
+from dpstream.pipelines.config.specs import WindowSpec
+from dpstream.pipelines.planning import JobPlan, PeakPlan
+from dpstream.pipelines.report import document as report
+from dpstream.pipelines.run import streaming as streaming_io
+from dpstream.pipelines.run.budget import Budget, Debit
+from dpstream.pipelines.run.errors import RunError
+from dpstream.pipelines.run.job_graph import build_pipeline, pipeline_error
+from dpstream.pipelines.run.lease import LeaseKeeper
+from dpstream.pipelines.run.payment import PeriodPayer
+from dpstream.pipelines.run.preflight import check_event_time
+
+
+@dataclass(frozen=True)
+class StreamOutcome:
+    """What one session of a stream left: the report, the merged files, the windows still pending per release."""
+
+    report: dict[str, Any]
+    files: dict[str, str]
+    pending: dict[str, int]
+
+
+def resume_point(plan: JobPlan, window: WindowSpec, grid: PeriodGrid, decided: dict[str, set[int]],
+                 expected: dict[str, tuple[int, ...]]) -> int:
+    """The first window index this session may release: the first emission some release has not decided.
+
+    Each window's release is an independent mechanism, so any undecided window may be released later. A job
+    with state across windows (contribution caps over a unit's windows, or peaks over a period) holds that
+    state per user x period unit in the pipeline; a new session starts it afresh, so it must not continue a
+    period whose windows a session already released: it starts at the next window that begins a period
+    (windows in between are skipped, never released). The planner makes every window of a user x period job
+    lie inside one period (`planning.windows.unit_periods`), so no earlier window overlaps that period."""
+    pending = [index for name, indices in expected.items() for index in indices if index not in decided[name]]
+    if not pending:
+        return window.count
+    first = min(pending)
+    stateful = plan.window_cap is not None or any(isinstance(r, PeakPlan) for r in plan.releases)
+    if not stateful or first == 0 or not any(decided.values()):
+        return first
+    while first < window.count:
+        start = window.bounds(first)[0]
+        if grid.is_boundary(start):
+            return first
+        first += 1
+    return first
+
+
+def run_stream(job: Job, job_budget: Budget, grid: PeriodGrid, options: PipelineOptions, beam_args: Sequence[str],
+               output_dir: str, log, max_seconds: float | None, progress, started: float,
+               timings: dict[str, float]) -> StreamOutcome:
+    """Run one session of the job's stream into `output_dir` (see the module docstring); RunError on failure."""
+    started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    parts = {spec.name: join(output_dir, streaming_io.PARTS_DIR, spec.name) for spec in job.releases}
+    expected = {spec.name: streaming_io.emissions(job_budget.plan[spec.name], job.window) for spec in job.releases}
+    decided = {name: streaming_io.released(directory) for name, directory in parts.items()}
+    first = resume_point(job_budget.plan, job.window, grid, decided, expected)
+    remaining = {name: tuple(i for i in indices if i >= first and i not in decided[name])
+                 for name, indices in expected.items()}
+    skipped = sorted({i for name, indices in expected.items() for i in indices if i < first and i not in decided[name]})
+    if first < job.window.count:
+        check_event_time(job.window, options, time.time(), first)
+    _check_output(output_dir, any(decided.values()))
+    label = f"job {job.name} ({job.source}) at {started_at}: " + ", ".join(r.name for r in job.releases)
+    progress(f"opening stream on scope {job_budget.scope!r} (each {grid.text} period is paid when released)")
+    ticket = job_budget.open_stream(label, output_dir)
+    log(ticket.message)
+    if any(decided.values()) and not ticket.resumed:
+        job_budget.end_stream(ticket, finished=False, reason="its output holds windows of an earlier stream")
+        raise RunError(f"{output_dir} holds windows released by a stream that has finished or was made by another "
+                       f"dpstream; write to another output; nothing was debited")
+    try:
+        seen = _compute(job, job_budget, ticket, grid, options, parts, remaining, max_seconds, progress)
+        timings["pipeline_s"] = time.perf_counter() - started - timings.get("plan_s", 0.0)
+    except Exception as err:
+        error = err if isinstance(err, RunError) else pipeline_error(err)
+        job_budget.end_stream(ticket, finished=False, reason=str(error))
+        published = "windows already written stay published and paid; periods not reached were not debited"
+        raise RunError(f"{str(error).removesuffix('; nothing was published or debited')}; {published}",
+                       error.exit_code) from err
+    except BaseException:
+        job_budget.end_stream(ticket, finished=False, reason="interrupted")
+        raise
+    done = {name: decided[name] | seen.released[name] for name in parts}
+    pending = {name: count for name, indices in remaining.items()
+               if (count := len(set(indices) - seen.released[name]))}
+    record = job_budget.end_stream(ticket, finished=not pending, reason=None if not pending else "max_seconds")
+    files = {spec.name: release_path(output_dir, spec.name, job.output.format) for spec in job.releases}
+    for name, directory in parts.items():
+        streaming_io.merge_parts(directory, done[name], files[name], job.output.format)
+    content = _write_report(job, job_budget, ticket, record, options, beam_args, files, started_at, timings,
+                            pending, skipped, output_dir, started)
+    return StreamOutcome(content, files, pending)
+
+
+def _check_output(output_dir: str, has_windows: bool) -> None:
+    """A stream writes into a new or empty output, or one holding its own windows (checked with the ledger)."""
+    beam_files = filesystems()
+    if has_windows or not beam_files.exists(output_dir):
+        return
+    found = beam_files.match([join(output_dir, "*")])[0].metadata_list
+    if found:
+        raise RunError(f"output directory {output_dir} holds files but no stream windows; a stream writes into a "
+                       f"new or empty directory; nothing was debited")
+
+
+def _compute(job: Job, job_budget: Budget, ticket: StreamTicket, grid: PeriodGrid, options: PipelineOptions,
+             parts: dict[str, str], remaining: dict[str, tuple[int, ...]], max_seconds: float | None,
+             progress) -> streaming_io.StreamingOutcome:
+    payer = PeriodPayer(job_budget.url, ticket.stream_id, ticket.session, job.window, grid)
+    pipeline = build_pipeline(job, job_budget, options, {}, parts, remaining, payer)
+
+    def on_window(index: int) -> None:
+        progress(f"window {index + 1} of {job.window.count} (ending "
+                 f"{instant_text(job.window.bounds(index)[1])}) decided")
+
+    if not any(remaining.values()):
+        return streaming_io.StreamingOutcome({name: set() for name in parts}, remaining, 0.0)
+    with LeaseKeeper(lambda: job_budget.renew_stream(ticket), job_budget.lease_seconds, f"stream-{ticket.stream_id}"):
+        return streaming_io.run_until_released(pipeline, parts, remaining, max_seconds, on_window)
+
+
+def _write_report(job: Job, job_budget: Budget, ticket: StreamTicket, record: StreamRecord, options: PipelineOptions,
+                  beam_args: Sequence[str], files: dict[str, str], started_at: str, timings: dict[str, float],
+                  pending: dict[str, int], skipped: list[int], output_dir: str, started: float) -> dict[str, Any]:
+    ledger, after = job_budget.stream_view()
+    debit = Debit(ledger, job_budget.scope, ticket.stream_id, None, record.label, ticket.message, record.event,
+                  after, None, None)
+    stream = {"stream": ticket.stream_id, "session": ticket.session, "status": record.status,
+              "periods_debited": [instant_text(ticket.grid.start(p)) for p in sorted(record.debited)],
+              "periods_refused": {instant_text(ticket.grid.start(p)): why for p, why in sorted(record.refused.items())},
+              "windows_skipped": skipped}
+    context = report.RunContext(job=job, plan=job_budget.plan, runner=options.view_as(StandardOptions).runner,
+                                beam_args=tuple(beam_args), debit=debit, files=files, started_at=started_at,
+                                timings=timings, pending=pending, stream=stream)
+    try:
+        return report.write_reports(context, output_dir, started)
+    except OSError as err:
+        raise RunError(f"cannot write the report into {output_dir}: {err.strerror or err}; the windows written "
+                       f"stay published") from err
+

@@ -1,0 +1,39 @@
+"""Paying for a streaming window from inside the pipeline, just before the window is published.
+
+`PeriodPayer` travels with the pipeline to its workers (it holds only public values: the ledger URL, the stream
+and session the launcher opened, the window range and the scope's period grid). Asked for window i, it debits
+every period of the scope that window i overlaps (`Ledger.debit_stream`: each period once per stream, whatever
+asks again) and says whether all of them were admitted. The caller publishes the window only then.
+
+Privacy: see `accounting.ledger.streams` and docs/proofs/pipelines.run.stream.md. The workers must reach the
+ledger (PostgreSQL in production; an SQLite file only on the machine that runs the DirectRunner).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dpstream.accounting.ledger import Ledger, PeriodGrid, Periods
+from dpstream.pipelines.config.specs import WindowSpec
+
+
+@dataclass(frozen=True)
+class PeriodPayer:
+    ledger: str
+    stream_id: int
+    session: int
+    window: WindowSpec
+    grid: PeriodGrid
+
+    def periods(self, index: int) -> Periods:
+        """The scope's periods window `index` overlaps: the only periods whose units its rows can depend on."""
+        start, end = self.window.bounds(index)
+        return Periods.overlapping(start, end, self.grid)
+
+    def pay(self, index: int) -> str | None:
+        """Debit the periods of window `index` (those already debited by this stream are not debited again);
+        None when every one is paid, else why the window must not be published. LedgerError when the session
+        may not debit (the stream was stopped or resumed elsewhere)."""
+        with Ledger(self.ledger) as ledger:
+            answers = ledger.debit_stream(self.stream_id, self.session, self.periods(index))
+        refusals = [refusal for refusal in answers.values() if refusal is not None]
+        return "; ".join(refusals) if refusals else None

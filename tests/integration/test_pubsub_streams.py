@@ -1,0 +1,302 @@
+"""Streams that pay as they release, against the Pub/Sub emulator (issue: streaming in production).
+
+A streaming job on a period scope (`dpstream budget init --unit-period P`) debits each period when its first
+window is about to be published, from inside the pipeline (`pipelines.run.paid_stream`). Two runs:
+1. Pay as you release: a user x 4 s job over six periods, stopped by max_seconds after about three. Every
+   debited period has a published window and was debited no earlier than that window's end (wall clock: the
+   DirectRunner's Pub/Sub watermark follows it, so no window is released before it ends); periods whose
+   windows were not released are not debited; the report lists the debited periods.
+2. Kill and resume: `dpstream run` in a subprocess is SIGKILLed after its first window is published (mid
+   period); the same job run again resumes the stream in a new session, releases the remaining windows
+   without paying the first period again, and the merged files equal a batch run of the same events with the
+   same seed byte for byte. The events of the windows after the kill are published after it (the killed
+   reader acknowledged what it pulled); 12 s windows leave the resumed pipeline time to start (lease expiry
+   and start-up, about 8 s) before its first window ends.
+Fillers keep the subscription busy as in test_pubsub.py. Skips only when the emulator, java or
+google-cloud-pubsub is absent; with CI=true it fails. Bounded by max_seconds on every run (about 100 s here).
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from datetime import datetime
+
+import pytest
+
+from dpstream.accounting.ledger import Ledger
+from dpstream.pipelines.config import jobfile
+from dpstream.pipelines.run import runner
+from tests.integration.test_pubsub import (  # noqa: F401  (the emulator fixture)
+    LEAD_S,
+    _iso,
+    _topic_and_subscription,
+    _traffic,
+    emulator,
+)
+
+USERS = 10
+
+
+def _job(start: float, windows: int, window_s: int, period_s: int, lateness_s: int, input_table: str,
+         output: str) -> str:
+    return f"""
+[input]
+{input_table}
+user = "user"
+partition = "dest"
+partitions = ["A", "B", "C"]
+[window]
+size = "{window_s}s"
+start = "{_iso(start)}"
+end = "{_iso(start + windows * window_s)}"
+allowed_lateness = "{lateness_s}s"
+[privacy]
+scope = "periods"
+epsilon = 2.0
+delta = 1e-6
+max_partitions = 1
+unit_period = "{period_s}s"
+[[release]]
+kind = "histogram"
+name = "counts"
+[[release]]
+kind = "topk"
+name = "top"
+k = 1
+[output]
+format = "jsonl"
+path = "{output}"
+[beam]
+seed = 5
+"""
+
+
+def _pubsub(subscription: str) -> str:
+    return f'format = "pubsub"\nsubscription = "{subscription}"\ntimestamp_attribute = "ts"'
+
+
+def _events(start: float, window_s: int, windows) -> list[dict]:
+    return [{"user": f"u{user}", "dest": "AB"[(user + window) % 3 == 0],
+             "ms": int((start + window * window_s + 0.2 + 0.2 * user) * 1000)}
+            for window in windows for user in range(USERS)]
+
+
+def _publish(publisher, topic: str, events: list[dict]) -> None:
+    for future in [publisher.publish(topic, json.dumps(e).encode(), ts=str(e["ms"])) for e in events]:
+        future.result(timeout=30)
+
+
+def _ledger(tmp_path, period_s: int) -> str:
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    with Ledger(url, create=True) as book:
+        book.init_scope("periods", 40.0, 1e-5, "approx:release_delta=1e-6", unit_period=period_s)
+        book.init_scope("reference", 40.0, 1e-5, "approx:release_delta=1e-6")
+    return url
+
+
+def _on_grid(period_s: int) -> float:
+    """The first period start at least LEAD_S from now."""
+    return float(-(-(int(time.time()) + LEAD_S) // period_s) * period_s)
+
+
+def _seconds(text: str) -> float:
+    return datetime.fromisoformat(text).timestamp()
+
+
+@pytest.mark.timeout(150)
+def test_a_stream_pays_each_period_when_its_first_window_is_released(emulator, tmp_path):
+    window_s, period_s, windows = 2, 4, 12  # six periods of two windows
+    topic, subscription = _topic_and_subscription(emulator, "paid")
+    ledger = _ledger(tmp_path, period_s)
+    start = _on_grid(period_s)
+    _publish(emulator[0], topic, _events(start, window_s, range(windows)))
+    (tmp_path / "job.toml").write_text(_job(start, windows, window_s, period_s, 0, _pubsub(subscription), "out"))
+    stop_at = start + 3 * period_s + 1.5  # about three periods released
+    with _traffic(emulator[0], topic, start + 3600):
+        outcome = runner.run(jobfile.load(str(tmp_path / "job.toml")), ledger_url=ledger, log=lambda _: None,
+                             max_seconds=stop_at - time.time())
+    parts = {name: sorted(os.listdir(tmp_path / "out" / "windows" / name)) for name in ("counts", "top")}
+    released = sorted(int(p[7:13]) for p in parts["counts"] if p.endswith(".jsonl"))
+    assert released == list(range(len(released))) and 6 <= len(released) < windows, parts
+    assert outcome.pending["counts"] == windows - len(released)
+    with Ledger(ledger) as book:
+        (stream,) = book.streams_of("periods")
+        history = book.history("periods")
+    reached = sorted({int(start // period_s) + w * window_s // period_s for w in released})
+    assert sorted(stream.debited) == reached, "debited periods are exactly those with a released window"
+    assert stream.status == "stopped" and stream.refused == {}
+    first_window_end = {int(start // period_s) + k: start + k * period_s + window_s for k in range(windows // 2)}
+    for index, record in zip(sorted(stream.debited), sorted(history, key=lambda r: r.release_id)):
+        assert _seconds(record.time) >= first_window_end[index] - 0.01, (record.time, first_window_end[index])
+    assert len(history) == len(reached)
+    assert outcome.report["stream"]["periods_debited"] == [_iso(p * period_s) for p in reached]
+
+
+@pytest.mark.timeout(200)
+def test_a_killed_stream_resumes_and_equals_one_batch_run(emulator, tmp_path):
+    window_s, period_s, windows, lateness_s = 12, 24, 4, 0
+    topic, subscription = _topic_and_subscription(emulator, "resumed")
+    ledger = _ledger(tmp_path, period_s)
+    start = _on_grid(period_s)
+    before, after = _events(start, window_s, [0]), _events(start, window_s, [1, 2, 3])
+    _publish(emulator[0], topic, before)
+    job_path = tmp_path / "job.toml"
+    job_path.write_text(_job(start, windows, window_s, period_s, lateness_s, _pubsub(subscription), "out"))
+    command = [sys.executable, "-m", "dpstream.pipelines.cli.main", "run", str(job_path), "--ledger", ledger,
+               "--lease-seconds", "3", "--max-seconds", "120"]
+    first_part = tmp_path / "out" / "windows" / "counts" / "window-000000.jsonl"
+    with _traffic(emulator[0], topic, start + 3600):
+        child = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                 start_new_session=True)
+        deadline = time.time() + 90
+        while not (first_part.exists() and (first_part.parent.parent / "top" / first_part.name).exists()):
+            assert child.poll() is None and time.time() < deadline, child.stderr.read().decode()[-2000:]
+            time.sleep(0.2)
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait(timeout=30)
+        _publish(emulator[0], topic, after)
+        with Ledger(ledger) as book:
+            (killed,) = book.streams_of("periods")
+        assert killed.status == "streaming" and len(killed.debited) == 1
+        time.sleep(3.5)  # the killed session's lease runs out
+        resumed = runner.run(jobfile.load(str(job_path)), ledger_url=ledger, log=lambda _: None, max_seconds=120)
+    assert resumed.pending == {}
+    with Ledger(ledger) as book:
+        (stream,) = book.streams_of("periods")
+        history = book.history("periods")
+    assert (stream.stream_id, stream.session, stream.status) == (killed.stream_id, 2, "finished")
+    assert len(stream.debited) == 2 and len(history) == 2, "each period debited once across both sessions"
+
+    with open(tmp_path / "events.jsonl", "w") as out:
+        for event in before + after:
+            out.write(json.dumps({**event, "time": _iso(event["ms"] / 1000)}) + "\n")
+    reference = _job(start, windows, window_s, period_s, lateness_s,
+                     'format = "jsonl"\npath = "events.jsonl"\ntimestamp = "time"', "batch")
+    (tmp_path / "batch.toml").write_text(reference.replace('scope = "periods"', 'scope = "reference"'))
+    batch = runner.run(jobfile.load(str(tmp_path / "batch.toml")), ledger_url=ledger, log=lambda _: None)
+    for name, path in batch.files.items():
+        with open(path, "rb") as expected, open(resumed.files[name], "rb") as got:
+            content = expected.read()
+            assert content and got.read() == content, name
+    shutil.rmtree(tmp_path / "batch")
+
+
+def _svt_job(start: float, windows: int, input_table: str, output: str, scope: str) -> str:
+    return f"""
+[input]
+{input_table}
+user = "user"
+partition = "dest"
+partitions = ["A", "B"]
+[window]
+size = "{SVT_WINDOW_S}s"
+start = "{_iso(start)}"
+end = "{_iso(start + windows * SVT_WINDOW_S)}"
+[privacy]
+scope = "{scope}"
+epsilon = 4.0
+delta = 1e-6
+max_partitions = 1
+[[release]]
+kind = "histogram"
+name = "counts"
+[[release]]
+kind = "svt"
+name = "busy"
+metric = "count"
+maximum = 40
+threshold = 0.5
+sigma_threshold = 0.2
+persist_threshold = true
+[output]
+format = "jsonl"
+path = "{output}"
+[beam]
+seed = 17
+"""
+
+
+SVT_WINDOW_S = 4
+BUSY = (2, 40, 3, 40, 1, 38)  # users per window: quiet and busy windows alternate
+
+
+def _svt_events(start: float) -> list[dict]:
+    return [{"user": f"u{user}", "dest": "AB"[user % 2], "ms": int((start + w * SVT_WINDOW_S + 0.2 + 0.09 * user) * 1000)}
+            for w, users in enumerate(BUSY) for user in range(users)]
+
+
+def _plain_ledger(tmp_path) -> str:
+    url = f"sqlite:///{tmp_path / 'svt-ledger.db'}"
+    with Ledger(url, create=True) as book:
+        for scope in ("live", "batch", "prefix"):
+            book.init_scope(scope, 40.0, 1e-5, "approx:release_delta=1e-6")
+    return url
+
+
+def _batch(tmp_path, ledger: str, start: float, windows: int, events: list[dict], scope: str, output: str):
+    with open(tmp_path / "svt-events.jsonl", "w") as out:
+        for event in events:
+            out.write(json.dumps({**event, "time": _iso(event["ms"] / 1000)}) + "\n")
+    path = tmp_path / f"{output}.toml"
+    path.write_text(_svt_job(start, windows, 'format = "jsonl"\npath = "svt-events.jsonl"\ntimestamp = "time"',
+                             output, scope))
+    return runner.run(jobfile.load(str(path)), ledger_url=ledger, log=lambda _: None)
+
+
+@pytest.mark.timeout(150)
+def test_a_live_svt_monitor_alerts_as_the_batch_run_and_seals_its_state(emulator, tmp_path):
+    topic, subscription = _topic_and_subscription(emulator, "svt")
+    ledger = _plain_ledger(tmp_path)
+    start = float(int(time.time()) + LEAD_S)
+    events = _svt_events(start)
+    _publish(emulator[0], topic, events)
+    (tmp_path / "live.toml").write_text(_svt_job(start, 4, _pubsub(subscription), "live", "live"))
+    with _traffic(emulator[0], topic, start + 3600):
+        live = runner.run(jobfile.load(str(tmp_path / "live.toml")), ledger_url=ledger, log=lambda _: None,
+                          max_seconds=60)
+    assert live.pending == {}
+    batch = _batch(tmp_path, ledger, start, 4, events, "batch", "batch")
+    with open(batch.files["busy"], "rb") as expected, open(live.files["busy"], "rb") as got:
+        content = expected.read()
+        assert got.read() == content
+    alerts = [json.loads(line)["alert"] for line in content.decode().splitlines()]
+    assert len(alerts) == 4 and any(alerts) and not all(alerts), alerts
+    with Ledger(ledger) as book:
+        streamed, batched = book.monitor_record("live", "busy"), book.monitor_record("batch", "busy")
+        assert streamed.state == batched.state and streamed.next_start == batched.next_start == start + 16
+        assert len(book.history("live")) == 1  # debited once, with the monitor's opening, at publication
+
+
+@pytest.mark.timeout(150)
+def test_a_stream_stopped_mid_range_seals_the_monitor_after_its_last_published_window(emulator, tmp_path):
+    """Stopped after k of six windows (about two; the exact k depends on the machine's speed), the stream stores
+    the monitor as sealed after window k (the state a batch run over those k windows seals), continuing at
+    window k + 1; a batch run that continues it over the remaining windows alerts exactly as one uninterrupted
+    batch run over all six (persist_threshold: the open instance and its noisy threshold carry over)."""
+    topic, subscription = _topic_and_subscription(emulator, "svt-stop")
+    ledger = _plain_ledger(tmp_path)
+    start = float(int(time.time()) + LEAD_S)
+    events = _svt_events(start)
+    _publish(emulator[0], topic, events)
+    (tmp_path / "live.toml").write_text(_svt_job(start, 6, _pubsub(subscription), "live", "live"))
+    with _traffic(emulator[0], topic, start + 3600):
+        live = runner.run(jobfile.load(str(tmp_path / "live.toml")), ledger_url=ledger, log=lambda _: None,
+                          max_seconds=start + 2 * SVT_WINDOW_S + 2 - time.time())
+    k = 6 - live.pending["busy"]
+    assert 1 <= k <= 5, live.pending
+    prefix = _batch(tmp_path, ledger, start, k, events, "prefix", "prefix")
+    with open(prefix.files["busy"], "rb") as expected, open(live.files["busy"], "rb") as got:
+        assert got.read() == expected.read()
+    with Ledger(ledger) as book:
+        streamed, batched = book.monitor_record("live", "busy"), book.monitor_record("prefix", "busy")
+    assert streamed.state == batched.state and streamed.next_start == start + k * SVT_WINDOW_S
+    rest = _svt_job(start + k * SVT_WINDOW_S, 6 - k,
+                    'format = "jsonl"\npath = "svt-events.jsonl"\ntimestamp = "time"', "rest", "live")
+    (tmp_path / "rest.toml").write_text(rest)
+    continued = runner.run(jobfile.load(str(tmp_path / "rest.toml")), ledger_url=ledger, log=lambda _: None)
+    whole = _batch(tmp_path, ledger, start, 6, events, "batch", "whole")
+    with open(whole.files["busy"]) as one, open(prefix.files["busy"]) as first, open(continued.files["busy"]) as second:
+        assert one.read() == first.read() + second.read()

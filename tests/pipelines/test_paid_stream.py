@@ -1,0 +1,97 @@
+"""Pieces of a stream that pays as it releases (`pipelines.run.paid_stream`, `payment`, `streaming._WritePart`),
+without Pub/Sub: where a resumed session starts, which periods a window pays, and that a window is written only
+after its payment, at most once, and never when refused (a broken writer that ignores the refusal is caught).
+The end-to-end runs against the Pub/Sub emulator are in tests/integration/test_pubsub_streams.py."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from dpstream.accounting.events import PureDP
+from dpstream.accounting.ledger import Ledger, PeriodGrid, Periods
+from dpstream.pipelines.config.specs import ContributionBounds, HistogramSpec, PeakSpec, WindowSpec
+from dpstream.pipelines.planning import plan_job
+from dpstream.pipelines.run import streaming
+from dpstream.pipelines.run.paid_stream import resume_point
+from dpstream.pipelines.run.payment import PeriodPayer
+
+HOUR = 3600
+START = 1356998400  # 2013-01-01T00:00:00Z
+GRID = PeriodGrid.of(4 * HOUR)
+WINDOW = WindowSpec(size=HOUR, start=START, end=START + 12 * HOUR)  # 3 periods of 4 windows
+ALL = tuple(range(12))
+
+
+def _plan(bounds: ContributionBounds, *extra):
+    return plan_job([HistogramSpec("h", partitions=("a", "b")), *extra], bounds, WINDOW, 1.0, 1e-6, GRID)
+
+
+def test_a_session_resumes_at_the_first_undecided_window_unless_state_spans_windows():
+    plain = _plan(ContributionBounds())
+    assert resume_point(plain, WINDOW, GRID, {"h": set()}, {"h": ALL}) == 0
+    assert resume_point(plain, WINDOW, GRID, {"h": {0, 1, 2, 3, 4}}, {"h": ALL}) == 5  # mid period: fine
+    assert resume_point(plain, WINDOW, GRID, {"h": set(ALL)}, {"h": ALL}) == 12  # nothing left
+    capped = _plan(ContributionBounds(max_windows=2))
+    assert capped.window_cap is not None
+    assert resume_point(capped, WINDOW, GRID, {"h": {0, 1, 2, 3, 4}}, {"h": ALL}) == 8  # next period
+    assert resume_point(capped, WINDOW, GRID, {"h": {0, 1, 2, 3}}, {"h": ALL}) == 4  # on a period start
+    assert resume_point(capped, WINDOW, GRID, {"h": set(range(9))}, {"h": ALL}) == 12  # skips the rest
+    peaks = _plan(ContributionBounds(), PeakSpec("p", period=4 * HOUR, maximum=100.0))
+    assert resume_point(peaks, WINDOW, GRID, {"h": {0, 1, 2, 3, 4, 5}, "p": {3}},
+                        {"h": ALL, "p": (3, 7, 11)}) == 8
+
+
+@pytest.fixture
+def stream(tmp_path):
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    with Ledger(url, create=True) as book:
+        book.init_scope("s", 1.0, 0.0, unit_period=4 * HOUR)
+        book.spend("s", PureDP(0.8), "another job", Periods(GRID, START // (4 * HOUR) + 1, START // (4 * HOUR) + 1))
+        ticket = book.open_stream("s", PureDP(0.5), "job", output=str(tmp_path / "out"), job="digest")
+    return url, PeriodPayer(url, ticket.stream_id, ticket.session, WINDOW, GRID)
+
+
+def _write(payer, directory, index, rows, indices=ALL, writer=streaming._WritePart):
+    fn = writer(str(directory), indices, payer)
+    list(fn.process((index, [*rows, None])) or ())
+
+
+class _IgnoresRefusals(streaming._WritePart):
+    """Negative control: pays, then writes the rows whatever the ledger answered."""
+
+    def process(self, element):
+        index, items = element
+        self._payer.pay(index)
+        path = streaming.part_path(self._directory, index)
+        streaming.create_bytes(path, b"".join(b'{"x": 1}\n' for item in items if item is not None))
+
+
+def test_a_window_is_written_after_its_period_is_paid_once_and_never_twice(stream, tmp_path):
+    url, payer = stream
+    directory = tmp_path / "out" / "windows" / "h"
+    assert payer.periods(5).first == START // (4 * HOUR) + 1 and payer.periods(5).count == 1
+    _write(payer, directory, 0, [{"v": 1}])
+    _write(payer, directory, 1, [{"v": 2}])
+    _write(payer, directory, 0, [{"v": 99}])  # a retry or a resumed session: the first publication stands
+    with open(directory / "window-000000.jsonl") as handle:
+        assert handle.read() == '{"v": 1}\n'
+    _write(payer, directory, 9, [{"v": 3}], indices=(0, 1))  # not this session's window: dropped
+    assert not (directory / "window-000009.jsonl").exists()
+    with Ledger(url) as book:
+        assert len(book.history("s")) == 2  # the other job's, and period 0 once
+
+
+def test_a_refused_window_is_never_published_and_the_broken_writer_is_caught(stream, tmp_path):
+    url, payer = stream
+    directory = tmp_path / "out" / "windows" / "h"
+    _write(payer, directory, 4, [{"v": 1}])  # period 1 has 0.2 left, the stream costs 0.5
+    assert not (directory / "window-000004.jsonl").exists()
+    with open(directory / "window-000004.refused") as handle:
+        assert "would exceed the budget" in handle.read()
+    assert streaming.parts(str(directory)) == {4: False}
+    _write(payer, directory, 5, [{"v": 1}])
+    assert streaming.parts(str(directory)) == {4: False, 5: False}
+    broken = tmp_path / "broken"
+    _write(payer, broken, 6, [{"v": 1}], writer=_IgnoresRefusals)
+    assert os.path.exists(broken / "window-000006.jsonl"), "the negative control publishes a refused window"
