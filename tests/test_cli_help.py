@@ -3,7 +3,7 @@ import pytest
 
 from dpstream.pipelines.cli import main as cli
 
-COMMANDS = [[], ["run"], ["validate"], ["demo"], ["account"], ["budget"], ["budget", "init"], ["budget", "show"],
+COMMANDS = [[], ["run"], ["status"], ["validate"], ["demo"], ["account"], ["budget"], ["budget", "init"], ["budget", "show"],
             ["budget", "spend"], ["budget", "history"], ["budget", "release"], ["budget", "retire"]]
 
 

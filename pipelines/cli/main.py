@@ -23,7 +23,8 @@ EXIT_CODES = """exit codes:
   4  a streaming run stopped at --max-seconds before every window of its range was released
   5  unexpected error: run again with --debug for the traceback
   130  interrupted (Ctrl-C)
-A run that ends with any code but 0 and 4 published nothing and was not debited."""
+A run that ends with any code but 0 and 4 published nothing and was not debited, except a stream on a period
+scope, whose windows released before a failure stay published and paid (run the job again to resume it)."""
 
 
 def build_parser() -> argparse.ArgumentParser:

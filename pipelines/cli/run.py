@@ -1,4 +1,4 @@
-"""`dpstream run`, `dpstream validate` and `dpstream demo`.
+"""`dpstream run`, `dpstream status`, `dpstream validate` and `dpstream demo`.
 
 Exit codes (`dpstream --help`, `pipelines.run.errors`): 0 done, 2 bad job file,
 input, output, runner options or ledger (one line on stderr), 3 the budget scope
@@ -52,6 +52,19 @@ def register(subparsers) -> None:
                           f"{DEFAULT_LEASE_SECONDS:g}; a live run renews its lease)")
     _range_options(run)
     run.set_defaults(handler=_run, takes_beam_args=True)
+
+    status = subparsers.add_parser(
+        "status", help="a job's progress: windows published, periods paid, runs, svt monitors",
+        description="Tell a job's progress from its output directory and its ledger scope, while it runs or after: "
+                    "per release, the windows published (and refused) so far; for a stream on a period scope, its "
+                    "state (streaming, stopped: resumable by running the job again, finished), session, lease and "
+                    "the periods it paid; the runs into the output; each svt monitor open or halted. Reads no data.")
+    status.add_argument("job", help="the job file (TOML)")
+    status.add_argument("--output", metavar="DIR", help="output directory (default: the job's [output] path)")
+    status.add_argument("--ledger", metavar="URL", help="ledger URL (default: the job's privacy.ledger, "
+                                                        f"${LEDGER_ENV}, or {DEFAULT_URL})")
+    status.add_argument("--json", action="store_true", help="print JSON")
+    status.set_defaults(handler=_status)
 
     validate = subparsers.add_parser(
         "validate", help="check a job file and print its plan; reads no data and touches no ledger",
@@ -132,6 +145,20 @@ def _run(args: argparse.Namespace) -> int:
         print(f"dpstream run: stopped at --max-seconds with windows not yet released ({pending}); the released "
               f"windows are published and debited", file=sys.stderr)
         return EXIT_PARTIAL
+    return EXIT_OK
+
+
+def _status(args: argparse.Namespace) -> int:
+    from dpstream.pipelines.run import status
+    from dpstream.pipelines.run.errors import RunError
+
+    try:
+        found = status.job_status(jobfile.load(args.job), args.output, args.ledger)
+    except jobfile.JobFileError as err:
+        return _fail("status", err)
+    except RunError as err:
+        return _fail("status", err, err.exit_code)
+    print(json.dumps(found, indent=2) if args.json else "\n".join(status.status_lines(found)))
     return EXIT_OK
 
 

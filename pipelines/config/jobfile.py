@@ -20,12 +20,20 @@ from datetime import datetime
 from typing import Any, Callable, NoReturn, overload
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from dpstream.accounting.calendar import calendar_length, calendar_spelling
+from dpstream.accounting.calendar import (
+    calendar_length,
+    calendar_spelling,
+    local_day,
+    local_midnight,
+    unit_first_day,
+    unit_number,
+)
 from dpstream.accounting.ledger.errors import LedgerError
 from dpstream.accounting.ledger.periods import PeriodGrid
 from dpstream.connectors import readers, writers
 from dpstream.pipelines.config.specs import (
     EPSILON_RANGE,
+    LAST_INSTANT,
     MAX_DELTA,
     MAX_WINDOWS,
     ContributionBounds,
@@ -73,7 +81,7 @@ SECTIONS = {
 }
 REQUIRED = {
     "input": ("path", "user", "timestamp", "partition"),
-    "window": ("size", "start", "end"),
+    "window": ("size", "start"),  # and end, unless open-ended (`_window`)
     "privacy": ("scope", "epsilon", "delta"),
     "release": ("kind", "name"),
 }
@@ -152,7 +160,8 @@ def parse(document: dict[str, Any], path: str) -> Job:
     sections = {name: check.table(document, name) for name in ("input", "window", "privacy", "output", "beam")}
     timezone = check.text(sections["input"], "input", "timezone", default="UTC")
     input_spec = _input(check, sections["input"], base, timezone)
-    window = _window(check, sections["window"], timezone)
+    open_ended = input_spec.format == PUBSUB and "unit_period" in sections["privacy"]
+    window = _window(check, sections["window"], timezone, open_ended)
     privacy = _privacy(check, sections["privacy"], timezone)
     shared = _partitions(check, sections["input"], "input")
     releases = _releases(check, document.get("release"), shared)
@@ -163,6 +172,16 @@ def parse(document: dict[str, Any], path: str) -> Job:
 
 
 # -- sections --------------------------------------------------------------------------------------
+
+
+def _open_end(start: float, calendar: tuple[int, str] | None, step: float, timezone: str) -> float:
+    """The end of an open-ended range: OPEN_ENDED_WINDOWS windows after `start` (calendar windows: after the
+    calendar unit holding start), clipped to the latest instant a window range may reach."""
+    if calendar is None:
+        return start + min(OPEN_ENDED_WINDOWS, max(1, math.floor((LAST_INSTANT - start) / step))) * step
+    count, unit = calendar
+    first = unit_number(local_day(start, timezone), unit)
+    return local_midnight(unit_first_day(first + OPEN_ENDED_WINDOWS * count, unit), timezone)
 
 
 def _input(check: "_Checker", table: dict, base: str, timezone: str) -> readers.InputSpec:
@@ -231,13 +250,26 @@ def with_range(job: Job, start: str | None, end: str | None, now: datetime | Non
     return dataclasses.replace(job, window=window)
 
 
-def _window(check: "_Checker", table: dict, timezone: str) -> WindowSpec:
+OPEN_ENDED_WINDOWS = 5_000
+"""A streaming job on a user x period unit may omit window.end: its range then holds this many windows (208 days
+of hourly windows, 13.7 years of daily ones), released and paid one period at a time until the stream is
+stopped. Every window of a range costs the pipeline a few elements when it starts (empty windows must be
+released too), which the DirectRunner takes about 10 s to absorb at this size."""
+
+
+def _window(check: "_Checker", table: dict, timezone: str, open_ended: bool) -> WindowSpec:
     check.keys(table, "window")
     calendar = calendar_length(table.get("size"))
     size = 1.0 if calendar else check.duration(table, "window", "size", calendar=True)  # calendar windows: set from their edges
     period = check.duration(table, "window", "period", default=None)
     start = check.instant(table, "window", "start", timezone)
-    end = check.instant(table, "window", "end", timezone)
+    if "end" not in table and open_ended:
+        end = _open_end(start, calendar, period or size, timezone)
+    else:
+        if "end" not in table:
+            check.fail("window.end is required (only a streaming (pubsub) job with a [privacy] unit_period may "
+                       "omit it: it is paid one period at a time as its windows are released)")
+        end = check.instant(table, "window", "end", timezone)
     given = table.get("allowed_lateness", 0)
     lateness = 0.0 if given in (0, "0s") else check.duration(table, "window", "allowed_lateness")
     max_count = check.integer(table, "window", "max_count", default=MAX_WINDOWS)

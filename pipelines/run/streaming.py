@@ -35,7 +35,7 @@ from dpstream.connectors.files import create_bytes
 from dpstream.connectors.writers import join, read_bytes, write_bytes, write_rows
 from dpstream.pipelines.config.specs import WindowSpec
 from dpstream.pipelines.planning import PeakPlan
-from dpstream.pipelines.transforms.windowing import AttachWindowTimestamp, beam_windows, window_index
+from dpstream.pipelines.transforms.windowing import PublicWindows, beam_windows, window_index
 
 _LOG = logging.getLogger(__name__)
 PARTS_DIR = "windows"
@@ -134,11 +134,8 @@ class WriteWindowParts(beam.PTransform):
             return (keyed
                     | "As a part" >> beam.MapTuple(lambda index, row: (index, [row, None]))
                     | "Write part" >> beam.ParDo(write))
-        markers = (
-            rows.pipeline
-            | "Emissions" >> beam.Create([(index, None) for index in self._indices])
-            | "Timestamp emissions" >> beam.ParDo(AttachWindowTimestamp(self._window))
-        )
+        markers = rows.pipeline | "Emissions" >> PublicWindows(
+            self._window, lambda index, wanted=frozenset(self._indices): [(index, None)] if index in wanted else [])
         return (
             (keyed | "Window rows" >> beam.WindowInto(beam_windows(self._window)),
              markers | "Window markers" >> beam.WindowInto(beam_windows(self._window)))

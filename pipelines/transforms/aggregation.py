@@ -16,7 +16,7 @@ from dpstream.pipelines.config.specs import ContributionBounds, WindowSpec
 from dpstream.pipelines.mechanisms.fixedpoint import group_sums
 from dpstream.pipelines.planning.windows import WindowCap
 from dpstream.pipelines.transforms.bounding import BoundContributions
-from dpstream.pipelines.transforms.windowing import AttachWindowTimestamp, beam_windows
+from dpstream.pipelines.transforms.windowing import PublicWindows, beam_windows
 
 
 def empty_sums() -> pd.Series:
@@ -67,8 +67,7 @@ class PerWindowSums(beam.PTransform):
     def expand(self, partials):
         every_window = (
             partials.pipeline
-            | "Public windows" >> beam.Create([(index, self._empty()) for index in range(self._window.count)])
-            | "Timestamp public windows" >> beam.ParDo(AttachWindowTimestamp(self._window))
+            | "Public windows" >> PublicWindows(self._window, lambda index, empty=self._empty: [(index, empty())])
             | "Window public windows" >> beam.WindowInto(beam_windows(self._window))
         )
         return (

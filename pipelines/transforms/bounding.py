@@ -67,7 +67,7 @@ from dpstream.pipelines.mechanisms.fixedpoint import group_sums, to_units
 from dpstream.pipelines.mechanisms.noise import SecureRandom
 from dpstream.pipelines.planning.windows import WindowCap
 from dpstream.pipelines.transforms.windowing import (
-    AttachWindowTimestamp,
+    PublicWindows,
     beam_windows,
     window_indices,
     window_timestamp,
@@ -532,12 +532,9 @@ class BoundContributions(beam.PTransform):
         )
 
     def _capped_stream(self, pieces):
-        every = [((index, shard), pd.DataFrame()) for index in range(self._window.count) for shard in range(self._shards)]
-        empty = (
-            pieces.pipeline
-            | "Every window and shard" >> beam.Create(every)
-            | "Timestamp every window" >> beam.ParDo(AttachWindowTimestamp(self._window, key=lambda key: key[0]))
-        )
+        empty = pieces.pipeline | "Every window and shard" >> PublicWindows(
+            self._window, lambda index, shards=self._shards: [((index, shard), pd.DataFrame()) for shard in range(shards)],
+            key=lambda key: key[0])
         return (
             (pieces, empty)
             | "With every window" >> beam.Flatten()

@@ -175,3 +175,20 @@ class AttachWindowTimestamp(beam.DoFn):
     def process(self, element):
         index = element[0] if self._key is None else self._key(element[0])
         yield beam.window.TimestampedValue(element, window_timestamp(self._window, index))
+
+
+
+class PublicWindows(beam.PTransform):
+    """Pipeline root -> `elements(index)` for every window index of the public range, each at its window's
+    timestamp (`window_timestamp`), so `beam_windows` groups it with the window's data; `key(element)` finds an
+    element's window index (default: element[0]). Which elements exist depends only on the public range."""
+
+    def __init__(self, window: WindowSpec, elements, key=None) -> None:
+        super().__init__()
+        self._window, self._elements, self._key = window, elements, key
+
+    def expand(self, root):
+        every = [element for index in range(self._window.count) for element in self._elements(index)]
+        return (root
+                | "Every window" >> beam.Create(every)
+                | "Timestamp every window" >> beam.ParDo(AttachWindowTimestamp(self._window, key=self._key)))

@@ -2,7 +2,8 @@
 
 A streaming job on a period scope (`dpstream budget init --unit-period P`) debits each period when its first
 window is about to be published, from inside the pipeline (`pipelines.run.paid_stream`). Two runs:
-1. Pay as you release: a user x 4 s job over six periods, stopped by max_seconds after about three. Every
+1. Pay as you release: a user x 4 s job without an end (its range is OPEN_ENDED_WINDOWS windows), stopped by
+   max_seconds after about three periods. Every
    debited period has a published window and was debited no earlier than that window's end (wall clock: the
    DirectRunner's Pub/Sub watermark follows it, so no window is released before it ends); periods whose
    windows were not released are not debited; the report lists the debited periods.
@@ -28,7 +29,7 @@ import pytest
 
 from dpstream.accounting.ledger import Ledger
 from dpstream.pipelines.config import jobfile
-from dpstream.pipelines.run import runner
+from dpstream.pipelines.run import runner, status
 from tests.integration.test_pubsub import (  # noqa: F401  (the emulator fixture)
     LEAD_S,
     _iso,
@@ -107,13 +108,15 @@ def _seconds(text: str) -> float:
 
 
 @pytest.mark.timeout(150)
-def test_a_stream_pays_each_period_when_its_first_window_is_released(emulator, tmp_path):
-    window_s, period_s, windows = 2, 4, 12  # six periods of two windows
+def test_an_open_ended_stream_pays_each_period_when_its_first_window_is_released(emulator, tmp_path):
+    window_s, period_s, windows = 2, 4, 12  # events for six periods of two windows; the job has no end
     topic, subscription = _topic_and_subscription(emulator, "paid")
     ledger = _ledger(tmp_path, period_s)
     start = _on_grid(period_s)
     _publish(emulator[0], topic, _events(start, window_s, range(windows)))
-    (tmp_path / "job.toml").write_text(_job(start, windows, window_s, period_s, 0, _pubsub(subscription), "out"))
+    job = _job(start, windows, window_s, period_s, 0, _pubsub(subscription), "out")
+    (tmp_path / "job.toml").write_text("\n".join(line for line in job.splitlines() if not line.startswith("end =")))
+    assert jobfile.load(str(tmp_path / "job.toml")).window.count == jobfile.OPEN_ENDED_WINDOWS
     stop_at = start + 3 * period_s + 1.5  # about three periods released
     with _traffic(emulator[0], topic, start + 3600):
         outcome = runner.run(jobfile.load(str(tmp_path / "job.toml")), ledger_url=ledger, log=lambda _: None,
@@ -121,7 +124,7 @@ def test_a_stream_pays_each_period_when_its_first_window_is_released(emulator, t
     parts = {name: sorted(os.listdir(tmp_path / "out" / "windows" / name)) for name in ("counts", "top")}
     released = sorted(int(p[7:13]) for p in parts["counts"] if p.endswith(".jsonl"))
     assert released == list(range(len(released))) and 6 <= len(released) < windows, parts
-    assert outcome.pending["counts"] == windows - len(released)
+    assert outcome.pending["counts"] == jobfile.OPEN_ENDED_WINDOWS - len(released)
     with Ledger(ledger) as book:
         (stream,) = book.streams_of("periods")
         history = book.history("periods")
@@ -161,9 +164,19 @@ def test_a_killed_stream_resumes_and_equals_one_batch_run(emulator, tmp_path):
         with Ledger(ledger) as book:
             (killed,) = book.streams_of("periods")
         assert killed.status == "streaming" and len(killed.debited) == 1
+        progress = status.job_status(jobfile.load(str(job_path)), ledger_url=ledger)
+        assert progress["windows"]["counts"] == {"expected": 4, "published": 1, "refused": 0}
+        assert progress["streams"][0]["status"] == "streaming" and progress["report"] is None
         time.sleep(3.5)  # the killed session's lease runs out
+        assert status.job_status(jobfile.load(str(job_path)), ledger_url=ledger)["streams"][0]["status"] == "stopped"
         resumed = runner.run(jobfile.load(str(job_path)), ledger_url=ledger, log=lambda _: None, max_seconds=120)
     assert resumed.pending == {}
+    done = status.job_status(jobfile.load(str(job_path)), ledger_url=ledger)
+    assert done["windows"]["top"]["published"] == 4 and done["streams"][0]["status"] == "finished"
+    assert len(done["streams"][0]["periods_debited"]) == 2 and done["report"]["stream"] == killed.stream_id
+    assert any("stream" in line and "finished (session 2" in line for line in status.status_lines(done))
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "each period was debited once" in report and "Periods debited so far: " in report
     with Ledger(ledger) as book:
         (stream,) = book.streams_of("periods")
         history = book.history("periods")
@@ -300,3 +313,33 @@ def test_a_stream_stopped_mid_range_seals_the_monitor_after_its_last_published_w
     whole = _batch(tmp_path, ledger, start, 6, events, "batch", "whole")
     with open(whole.files["busy"]) as one, open(prefix.files["busy"]) as first, open(continued.files["busy"]) as second:
         assert one.read() == first.read() + second.read()
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("scope", ["periods", "reference"])
+def test_a_backfill_on_the_direct_runner_is_refused_before_the_debit_and_leaves_its_messages(emulator, tmp_path,
+                                                                                            scope):
+    """Events of a past range, waiting in a subscription: on the DirectRunner (whose Pub/Sub watermark is the
+    wall clock) the run is refused before the ledger is asked (no stream, no run, no debit), reads nothing,
+    and every message is still in the subscription for a runner that can replay it."""
+    topic, subscription = _topic_and_subscription(emulator, f"past-{scope}")
+    ledger = _ledger(tmp_path, 4)
+    start = float(int(time.time()) // 4 * 4 - 3600)
+    events = _events(start, 2, range(4))
+    _publish(emulator[0], topic, events)
+    job = _job(start, 4, 2, 4, 0, _pubsub(subscription), "out").replace('scope = "periods"', f'scope = "{scope}"')
+    if scope == "reference":  # a plain scope: the run is admitted and debited at the end
+        job = job.replace('unit_period = "4s"\n', "")
+    (tmp_path / "job.toml").write_text(job)
+    with pytest.raises(runner.RunError, match=r"in the past: on the DirectRunner.*nothing was debited") as caught:
+        runner.run(jobfile.load(str(tmp_path / "job.toml")), ledger_url=ledger, log=lambda _: None, max_seconds=30)
+    assert caught.value.exit_code == 2
+    with Ledger(ledger) as book:
+        assert book.history(scope) == [] and book.runs_of(scope) == [] and book.streams_of(scope) == []
+    subscriber = emulator[1]
+    pulled = 0
+    deadline = time.time() + 30
+    while pulled < len(events) and time.time() < deadline:
+        response = subscriber.pull(subscription=subscription, max_messages=100, timeout=5)
+        pulled += len(response.received_messages)
+    assert pulled == len(events)

@@ -1,0 +1,104 @@
+"""What a job's output and its ledger scope say about its progress (`dpstream status JOB`): public facts only.
+
+For a stream on a period scope: the windows each release published or had refused (the files in
+OUTPUT/windows/NAME, written by the pipeline as windows are released), the stream's state, session and lease,
+and the periods it paid or was refused. For any job: the ledger's runs into the output (running, published,
+failed, ...) and each svt monitor's state (open, halted, leased). Nothing here reads event data or a sealed state.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from dpstream.accounting.ledger import Ledger, LedgerError, UnknownScopeError
+from dpstream.accounting.text import instant_text
+from dpstream.connectors.files import filesystems, is_local, join, read_bytes
+from dpstream.pipelines.config.jobfile import Job
+from dpstream.pipelines.planning import plan_job
+from dpstream.pipelines.report.document import REPORT_JSON
+from dpstream.pipelines.run import streaming as streaming_io
+from dpstream.pipelines.run.errors import RunError
+
+
+def job_status(job: Job, output_dir: str | None = None, ledger_url: str | None = None) -> dict[str, Any]:
+    """The job's progress as JSON-ready facts (see the module docstring); RunError when the ledger cannot tell."""
+    output = output_dir or job.output.path
+    output = os.path.abspath(output) if is_local(output) else output
+    privacy = job.privacy
+    plan = plan_job(job.releases, privacy.bounds, job.window, privacy.epsilon, privacy.delta, privacy.unit_period)
+    windows = {}
+    for spec in job.releases:
+        expected = streaming_io.emissions(plan[spec.name], job.window)
+        found = streaming_io.parts(join(output, streaming_io.PARTS_DIR, spec.name))
+        windows[spec.name] = {"expected": len(expected), "published": sum(found.values()),
+                              "refused": sum(1 for has_rows in found.values() if not has_rows)}
+    out: dict[str, Any] = {"job": job.source, "output": output, "scope": privacy.scope, "windows": windows,
+                           "report": _report_state(output)}
+    try:
+        with Ledger(ledger_url or privacy.ledger) as ledger:
+            view = ledger.show(privacy.scope)
+            out["ledger"] = ledger.display_url
+            out["runs"] = [_run(r) for r in ledger.runs_of(privacy.scope) if r.output == output]
+            out["streams"] = [_stream(s, view.unit_period) for s in ledger.streams_of(privacy.scope, output)]
+            names = {spec.name for spec in job.releases if spec.kind == "svt"}
+            out["monitors"] = [m.to_dict() for m in view.monitors if m.name in names]
+    except UnknownScopeError as err:
+        raise RunError(f"{job.source}: {err}") from err
+    except LedgerError as err:
+        raise RunError(f"{job.source}: {err}") from err
+    return out
+
+
+def _report_state(output: str) -> dict[str, Any] | None:
+    path = join(output, REPORT_JSON)
+    if not filesystems().exists(path):
+        return None
+    content = json.loads(read_bytes(path))
+    return {"written": True, **content.get("streaming", {}),
+            **({"stream": content["stream"]["stream"]} if "stream" in content else {})}
+
+
+def _run(run) -> dict[str, Any]:
+    return {"run": run.run_id, "outcome": run.status, "started": run.time, "finished": run.finished,
+            "reason": run.reason}
+
+
+def _stream(stream, grid) -> dict[str, Any]:
+    def starts(periods) -> list[str]:
+        return [instant_text(grid.start(p)) for p in sorted(periods)]
+
+    return {"stream": stream.stream_id, "status": stream.status, "session": stream.session,
+            "lease_until": instant_text(stream.lease_until) if stream.status == "streaming" else None,
+            "periods_debited": starts(stream.debited), "periods_refused": starts(stream.refused),
+            "reason": stream.reason}
+
+
+def status_lines(status: dict[str, Any]) -> list[str]:
+    """`job_status` in plain lines, as `dpstream status` prints them."""
+    lines = [f"job {status['job']} -> {status['output']} (scope {status['scope']!r} in {status.get('ledger')})"]
+    for name, counts in status["windows"].items():
+        refused = f", {counts['refused']} refused" if counts["refused"] else ""
+        lines.append(f"  {name}: {counts['published']} of {counts['expected']} windows published{refused}")
+    for stream in status["streams"]:
+        debited = stream["periods_debited"]
+        span = f" ({debited[0]} .. {debited[-1]})" if debited else ""
+        lease = f", lease until {stream['lease_until']}" if stream["lease_until"] else ""
+        lines.append(f"  stream {stream['stream']}: {stream['status']} (session {stream['session']}{lease}); "
+                     f"{len(debited)} periods debited{span}"
+                     + (f", {len(stream['periods_refused'])} refused" if stream["periods_refused"] else "")
+                     + (f"; {stream['reason']}" if stream["reason"] else ""))
+    for run in status["runs"][-3:]:
+        lines.append(f"  run {run['run']}: {run['outcome']} (started {run['started']})"
+                     + (f": {run['reason']}" if run["reason"] else ""))
+    for monitor in status["monitors"]:
+        state = "halted" if monitor["halted"] else "open"
+        holder = f", leased to run {monitor['checked_out']}" if monitor.get("checked_out") else ""
+        lines.append(f"  svt monitor {monitor['name']}: {state}{holder}")
+    report = status["report"]
+    if report is None:
+        lines.append("  report: not written yet")
+    else:
+        pending = report.get("windows_pending")
+        lines.append("  report: written" + (f"; windows not released when it was written: {pending}" if pending else ""))
+    return lines
