@@ -121,7 +121,7 @@ def decide_period(tables: Tables, conn: sa.Connection, row: sa.Row, stream: sa.R
     """Debit one period for a stream, or record its refusal; None when debited, else the refusal."""
     event = Event.from_dict(json.loads(stream.events))
     periods = Periods(grid, period, period)
-    decision = decide(tables, conn, row, event, f"{stream.label}: {periods.describe()}", periods)
+    decision = decide(tables, conn, row, event, f"{stream.label} (stream {stream.id})", periods)
     release_id = decision.write(conn)
     conn.execute(tables.stream_periods.insert().values(
         stream_id=stream.id, period=period, release_id=release_id,

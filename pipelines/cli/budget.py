@@ -354,7 +354,7 @@ def _history(args: argparse.Namespace) -> int:
     for stream in streams:
         refused = f", {len(stream.refused)} refused" if stream.refused else ""
         line = (f"stream {stream.stream_id:>6}  {stream.created_at}  {stream.status} (session {stream.session}; "
-                f"{len(stream.debited)} periods debited{refused})  {stream.label}  -> {stream.output}")
+                f"{len(stream.debited)} period{'' if len(stream.debited) == 1 else 's'} debited{refused})  {stream.label}  -> {stream.output}")
         entries.append((stream.created_at, stream.to_dict(), line))
     entries.sort(key=lambda entry: entry[0])
     if args.json:

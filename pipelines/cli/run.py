@@ -47,6 +47,10 @@ def register(subparsers) -> None:
     )
     run.add_argument("--overwrite", action="store_true",
                      help="replace the run published in the output directory (refused otherwise)")
+    run.add_argument("--detach", action="store_true",
+                     help="streaming jobs on a period scope, on Dataflow or Flink: exit once the pipeline is "
+                          "submitted; it pays, publishes each window and updates report.json by itself (follow it "
+                          "with `dpstream status JOB`)")
     run.add_argument("--lease-seconds", metavar="S", type=float, default=DEFAULT_LEASE_SECONDS,
                      help=f"how long a killed run keeps its svt monitors and output leased (default "
                           f"{DEFAULT_LEASE_SECONDS:g}; a live run renews its lease)")
@@ -134,11 +138,17 @@ def _run(args: argparse.Namespace) -> int:
     try:
         job = _load(args)
         outcome = runner.run(job, args.output, args.ledger, args.beam_args, max_seconds=args.max_seconds,
-                             overwrite=args.overwrite, lease_seconds=args.lease_seconds, progress=_progress())
+                             overwrite=args.overwrite, lease_seconds=args.lease_seconds, progress=_progress(),
+                             detach=args.detach)
     except jobfile.JobFileError as err:
         return _fail("run", err)
     except runner.RunError as err:
         return _fail("run", err, err.exit_code)
+    if args.detach:
+        print(f"dpstream run: submitted; the pipeline pays each period, publishes each window into "
+              f"{outcome.output_dir}/windows/ and keeps report.json up to date; follow it with "
+              f"`dpstream status {args.job}`")
+        return EXIT_OK
     _summary(outcome)
     if outcome.pending:
         pending = ", ".join(f"{name}: {count}" for name, count in outcome.pending.items())

@@ -18,10 +18,11 @@ from dpstream.pipelines.run.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, RunEr
 
 def build_pipeline(job: Job, job_budget: Budget, options: PipelineOptions, files: dict[str, str],
                    parts: dict[str, str] | None = None, emitted: dict[str, tuple[int, ...]] | None = None,
-                   payer=None) -> beam.Pipeline:
+                   payer=None, on_written=None) -> beam.Pipeline:
     """The job's Beam graph: read -> the budget's private releases -> one file per release (streaming: one per
     window, in the `parts` directories; `emitted`: the emissions each release may write, default all;
-    `payer`: a `payment.PeriodPayer` that pays each window before it is written). Building it reads no data."""
+    `payer`: a `payment.PeriodPayer` that pays each window before it is written; `on_written()`: called after
+    each window file, e.g. `StreamReport.refresh`). Building it reads no data."""
     pipeline = beam.Pipeline(options=options)
     if job.input.format == PUBSUB:
         from dpstream.connectors.pubsub import PubSubSource, ReadPubSubEvents
@@ -36,7 +37,7 @@ def build_pipeline(job: Job, job_budget: Budget, options: PipelineOptions, files
             indices = (emitted or {}).get(name, streaming_io.emissions(job_budget.plan[name], job.window))
             one_row = isinstance(job_budget.plan[name], SvtPlan)
             rows | f"Write windows {name}" >> streaming_io.WriteWindowParts(job.window, indices, parts[name], payer,
-                                                                            one_row)
+                                                                            one_row, on_written)
         return pipeline
     for name, rows in released.items():
         (

@@ -25,23 +25,22 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Sequence
 
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import PipelineOptions
 
-from dpstream.accounting.ledger import PeriodGrid, StreamRecord, StreamTicket
+from dpstream.accounting.ledger import PeriodGrid, StreamTicket
 from dpstream.accounting.text import instant_text
 from dpstream.connectors.files import filesystems, join
-from dpstream.connectors.writers import release_path
 from dpstream.pipelines.config.jobfile import Job
 from dpstream.pipelines.config.specs import WindowSpec
 from dpstream.pipelines.planning import JobPlan, PeakPlan
-from dpstream.pipelines.report import document as report
 from dpstream.pipelines.run import streaming as streaming_io
-from dpstream.pipelines.run.budget import Budget, Debit
+from dpstream.pipelines.run.budget import Budget
 from dpstream.pipelines.run.errors import RunError
 from dpstream.pipelines.run.job_graph import build_pipeline, pipeline_error
 from dpstream.pipelines.run.lease import LeaseKeeper
 from dpstream.pipelines.run.payment import PeriodPayer
-from dpstream.pipelines.run.preflight import check_event_time
+from dpstream.pipelines.run.preflight import DIRECT_RUNNERS, check_event_time, runner_name
+from dpstream.pipelines.run.stream_report import StreamReport
 
 
 @dataclass(frozen=True)
@@ -80,8 +79,10 @@ def resume_point(plan: JobPlan, window: WindowSpec, grid: PeriodGrid, decided: d
 
 def run_stream(job: Job, job_budget: Budget, grid: PeriodGrid, options: PipelineOptions, beam_args: Sequence[str],
                output_dir: str, log, max_seconds: float | None, progress, started: float,
-               timings: dict[str, float]) -> StreamOutcome:
-    """Run one session of the job's stream into `output_dir` (see the module docstring); RunError on failure."""
+               timings: dict[str, float], detach: bool = False) -> StreamOutcome:
+    """Run one session of the job's stream into `output_dir` (see the module docstring); RunError on failure.
+    `detach`: submit the pipeline and return at once (a runner that runs it elsewhere: the pipeline writes its
+    windows and reports and ends the stream itself); the outcome's report is then empty."""
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     parts = {spec.name: join(output_dir, streaming_io.PARTS_DIR, spec.name) for spec in job.releases}
     expected = {spec.name: streaming_io.emissions(job_budget.plan[spec.name], job.window) for spec in job.releases}
@@ -89,7 +90,11 @@ def run_stream(job: Job, job_budget: Budget, grid: PeriodGrid, options: Pipeline
     first = resume_point(job_budget.plan, job.window, grid, decided, expected)
     remaining = {name: tuple(i for i in indices if i >= first and i not in decided[name])
                  for name, indices in expected.items()}
-    skipped = sorted({i for name, indices in expected.items() for i in indices if i < first and i not in decided[name]})
+    skipped = tuple(sorted({i for name, indices in expected.items() for i in indices
+                            if i < first and i not in decided[name]}))
+    if detach and runner_name(options) in DIRECT_RUNNERS:
+        raise RunError(f"{job.source}: the DirectRunner runs the pipeline inside this process, so the launcher "
+                       f"cannot leave it; run without --detach, or on Dataflow or Flink; nothing was debited")
     if first < job.window.count:
         check_event_time(job.window, options, time.time(), first)
     _check_output(output_dir, any(decided.values()))
@@ -101,8 +106,16 @@ def run_stream(job: Job, job_budget: Budget, grid: PeriodGrid, options: Pipeline
         job_budget.end_stream(ticket, finished=False, reason="its output holds windows of an earlier stream")
         raise RunError(f"{output_dir} holds windows released by a stream that has finished or was made by another "
                        f"dpstream; write to another output; nothing was debited")
+    stream_report = StreamReport(job, output_dir, job_budget.url, ticket.stream_id, ticket.session,
+                                 runner_name(options), tuple(beam_args), started_at, skipped)
     try:
-        seen = _compute(job, job_budget, ticket, grid, options, parts, remaining, max_seconds, progress)
+        pipeline = build_pipeline(job, job_budget, options, {}, parts, remaining,
+                                  PeriodPayer(job_budget.url, ticket.stream_id, ticket.session, job.window, grid),
+                                  stream_report.refresh)
+        if detach:
+            pipeline.run()
+            return StreamOutcome({}, stream_report.files, stream_report.pending())
+        seen = _compute(job, job_budget, ticket, pipeline, parts, remaining, max_seconds, progress)
         timings["pipeline_s"] = time.perf_counter() - started - timings.get("plan_s", 0.0)
     except Exception as err:
         error = err if isinstance(err, RunError) else pipeline_error(err)
@@ -113,16 +126,15 @@ def run_stream(job: Job, job_budget: Budget, grid: PeriodGrid, options: Pipeline
     except BaseException:
         job_budget.end_stream(ticket, finished=False, reason="interrupted")
         raise
-    done = {name: decided[name] | seen.released[name] for name in parts}
     pending = {name: count for name, indices in remaining.items()
                if (count := len(set(indices) - seen.released[name]))}
-    record = job_budget.end_stream(ticket, finished=not pending, reason=None if not pending else "max_seconds")
-    files = {spec.name: release_path(output_dir, spec.name, job.output.format) for spec in job.releases}
-    for name, directory in parts.items():
-        streaming_io.merge_parts(directory, done[name], files[name], job.output.format)
-    content = _write_report(job, job_budget, ticket, record, options, beam_args, files, started_at, timings,
-                            pending, skipped, output_dir, started)
-    return StreamOutcome(content, files, pending)
+    job_budget.end_stream(ticket, finished=not pending, reason="stopped at max_seconds" if pending else None)
+    try:
+        content = stream_report.write(timings, started)
+    except OSError as err:
+        raise RunError(f"cannot write the report into {output_dir}: {err.strerror or err}; the windows written "
+                       f"stay published") from err
+    return StreamOutcome(content, stream_report.files, pending)
 
 
 def _check_output(output_dir: str, has_windows: bool) -> None:
@@ -136,12 +148,9 @@ def _check_output(output_dir: str, has_windows: bool) -> None:
                        f"new or empty directory; nothing was debited")
 
 
-def _compute(job: Job, job_budget: Budget, ticket: StreamTicket, grid: PeriodGrid, options: PipelineOptions,
-             parts: dict[str, str], remaining: dict[str, tuple[int, ...]], max_seconds: float | None,
+def _compute(job: Job, job_budget: Budget, ticket: StreamTicket, pipeline, parts: dict[str, str],
+             remaining: dict[str, tuple[int, ...]], max_seconds: float | None,
              progress) -> streaming_io.StreamingOutcome:
-    payer = PeriodPayer(job_budget.url, ticket.stream_id, ticket.session, job.window, grid)
-    pipeline = build_pipeline(job, job_budget, options, {}, parts, remaining, payer)
-
     def on_window(index: int) -> None:
         progress(f"window {index + 1} of {job.window.count} (ending "
                  f"{instant_text(job.window.bounds(index)[1])}) decided")
@@ -150,24 +159,3 @@ def _compute(job: Job, job_budget: Budget, ticket: StreamTicket, grid: PeriodGri
         return streaming_io.StreamingOutcome({name: set() for name in parts}, remaining, 0.0)
     with LeaseKeeper(lambda: job_budget.renew_stream(ticket), job_budget.lease_seconds, f"stream-{ticket.stream_id}"):
         return streaming_io.run_until_released(pipeline, parts, remaining, max_seconds, on_window)
-
-
-def _write_report(job: Job, job_budget: Budget, ticket: StreamTicket, record: StreamRecord, options: PipelineOptions,
-                  beam_args: Sequence[str], files: dict[str, str], started_at: str, timings: dict[str, float],
-                  pending: dict[str, int], skipped: list[int], output_dir: str, started: float) -> dict[str, Any]:
-    ledger, after = job_budget.stream_view()
-    debit = Debit(ledger, job_budget.scope, ticket.stream_id, None, record.label, ticket.message, record.event,
-                  after, None, None)
-    stream = {"stream": ticket.stream_id, "session": ticket.session, "status": record.status,
-              "periods_debited": [instant_text(ticket.grid.start(p)) for p in sorted(record.debited)],
-              "periods_refused": {instant_text(ticket.grid.start(p)): why for p, why in sorted(record.refused.items())},
-              "windows_skipped": skipped}
-    context = report.RunContext(job=job, plan=job_budget.plan, runner=options.view_as(StandardOptions).runner,
-                                beam_args=tuple(beam_args), debit=debit, files=files, started_at=started_at,
-                                timings=timings, pending=pending, stream=stream)
-    try:
-        return report.write_reports(context, output_dir, started)
-    except OSError as err:
-        raise RunError(f"cannot write the report into {output_dir}: {err.strerror or err}; the windows written "
-                       f"stay published") from err
-

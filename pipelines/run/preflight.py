@@ -20,7 +20,7 @@ from dpstream.pipelines.planning.size import PlanSize
 from dpstream.pipelines.run.errors import RunError
 
 _PORTABLE = ("PortableRunner", "FlinkRunner", "SparkRunner", "PrismRunner")
-_DIRECT = ("DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner")
+DIRECT_RUNNERS = ("DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner")
 
 
 def runner_name(options: PipelineOptions) -> str:
@@ -32,7 +32,7 @@ def check_memory(size: PlanSize, options: PipelineOptions, limit_gb: float) -> N
     """RunError (exit 2) when a DirectRunner run's estimated memory is above `limit_gb` GiB ([beam] max_memory_gb).
 
     Cluster runners spread the rows over their workers, so only the in-process runner is refused."""
-    if runner_name(options) not in _DIRECT or size.memory_bytes <= limit_gb * 2**30:
+    if runner_name(options) not in DIRECT_RUNNERS or size.memory_bytes <= limit_gb * 2**30:
         return
     raise RunError(f"the plan writes {size.describe()}, above [beam] max_memory_gb = {limit_gb:g}: raise it if this "
                    f"machine has the memory, shorten the window range or list fewer partitions, or run on a cluster "
@@ -44,7 +44,7 @@ def check_event_time(window: WindowSpec, options: PipelineOptions, now: float, f
     `first`: a resumed stream's) is released before `now` (seconds since the epoch): that runner's Pub/Sub
     watermark follows the wall clock, not the timestamp attribute, so every record of such a window would arrive
     late and be dropped, and the window would be released as noise alone."""
-    if runner_name(options) not in _DIRECT:
+    if runner_name(options) not in DIRECT_RUNNERS:
         return
     first_release = window.bounds(first)[1] + window.allowed_lateness
     if first_release > now:
@@ -66,7 +66,7 @@ def check_runner(options: PipelineOptions) -> None:
         dry_run = options.view_as(TestOptions).dry_run
     except SystemExit as err:  # argparse rejects a malformed value by exiting
         raise RunError("Beam options after --: a value is malformed (see the line above); nothing was debited") from err
-    if name in _DIRECT:
+    if name in DIRECT_RUNNERS:
         workers = direct.direct_num_workers
         if workers is not None and workers < 0:
             raise RunError(f"--direct_num_workers must be 0 (one per core) or more, got {workers}; nothing was debited")

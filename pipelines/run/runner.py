@@ -121,6 +121,7 @@ def run(
     overwrite: bool = False,
     lease_seconds: float = DEFAULT_LEASE_SECONDS,
     progress=None,
+    detach: bool = False,
 ) -> RunOutcome:
     """Run the job end to end as one transaction (see the module docstring); raises RunError with the exit code.
 
@@ -128,6 +129,8 @@ def run(
     still to be released; the outcome's `pending` counts them per release. `overwrite`: replace a run published
     in the output directory. `lease_seconds`: how long a killed run keeps its monitors and output leased.
     `progress`: told one line as each stage starts (`STAGES`; the CLI prints them when stderr is a terminal).
+    `detach`: a stream on a period scope, on a runner that runs the pipeline elsewhere: return once it is
+    submitted (the pipeline pays, publishes and reports by itself; the outcome's report is empty).
     """
     progress = progress or (lambda _: None)
     progress(STAGES[0])
@@ -153,8 +156,12 @@ def run(
             raise RunError(f"{job.source}: --overwrite does not apply to a stream on a period scope, which resumes "
                            f"into its own output; write to another output; nothing was debited")
         stream = paid_stream.run_stream(job, job_budget, grid, options, beam_args, output_dir, log, max_seconds,
-                                        progress, started, timings)
+                                        progress, started, timings, detach)
         return RunOutcome(output_dir, stream.report, stream.files, stream.pending)
+    if detach:
+        raise RunError(f"{job.source}: --detach applies to streaming jobs on a period scope (`dpstream budget init "
+                       f"--unit-period P`), which pay and report from inside the pipeline; this run debits and "
+                       f"publishes when it ends, so its launcher must stay; nothing was debited")
     if streaming:
         check_event_time(job.window, options, time.time())
     with Publication(output_dir, overwrite, job_budget.was_published, log) as publication:

@@ -85,7 +85,7 @@ def status_lines(status: dict[str, Any]) -> list[str]:
         span = f" ({debited[0]} .. {debited[-1]})" if debited else ""
         lease = f", lease until {stream['lease_until']}" if stream["lease_until"] else ""
         lines.append(f"  stream {stream['stream']}: {stream['status']} (session {stream['session']}{lease}); "
-                     f"{len(debited)} periods debited{span}"
+                     f"{_count(len(debited), 'period')} debited{span}"
                      + (f", {len(stream['periods_refused'])} refused" if stream["periods_refused"] else "")
                      + (f"; {stream['reason']}" if stream["reason"] else ""))
     for run in status["runs"][-3:]:
@@ -100,5 +100,10 @@ def status_lines(status: dict[str, Any]) -> list[str]:
         lines.append("  report: not written yet")
     else:
         pending = report.get("windows_pending")
-        lines.append("  report: written" + (f"; windows not released when it was written: {pending}" if pending else ""))
+        waiting = ", ".join(f"{name}: {count}" for name, count in (pending or {}).items())
+        lines.append("  report: written" + (f"; windows not released when it was written: {waiting}" if pending else ""))
     return lines
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"

@@ -70,11 +70,13 @@ class _WritePart(beam.DoFn):
 
     With a `payer` (a stream that pays as it releases, `payment.PeriodPayer`) the window's periods are debited
     first, and a window whose debit was refused gets a `.refused` file with the reason instead of its rows.
+    `on_written()` is called after each file (a stream's `StreamReport.refresh`).
     Either file is created only if the emission has none yet (a resumed stream never publishes a window twice),
     and only for the emissions this run may release (`indices`)."""
 
-    def __init__(self, directory: str, indices: tuple[int, ...], payer=None):
+    def __init__(self, directory: str, indices: tuple[int, ...], payer=None, on_written=None):
         self._directory, self._indices, self._payer = directory, frozenset(indices), payer
+        self._on_written = on_written
 
     def process(self, element):
         index, items = element
@@ -89,6 +91,7 @@ class _WritePart(beam.DoFn):
             if refusal is not None:
                 _LOG.warning("window %d is not published: %s", index, refusal)
                 create_bytes(path.removesuffix(".jsonl") + REFUSED, (refusal + "\n").encode("utf-8"))
+                self._written()
                 return
         rows = [item for item in items if item is not None]
         data = "".join(json.dumps(row) + "\n" for row in rows).encode("utf-8")
@@ -96,6 +99,11 @@ class _WritePart(beam.DoFn):
             write_bytes(path, data)
         elif not create_bytes(path, data):
             _LOG.warning("window %d was already published; the new rows are dropped", index)
+        self._written()
+
+    def _written(self) -> None:
+        if self._on_written is not None:
+            self._on_written()
 
 
 def released_before(path: str) -> bool:
@@ -109,27 +117,28 @@ class WriteWindowParts(beam.PTransform):
     """Rows of one release -> one file per emission, written when the emission's window is released.
 
     `indices`: the release's expected emissions (`emissions`); `directory`: where
-    its files go (a local path or a URL); `payer`: see `_WritePart`. `one_row`: every emission is exactly one
+    its files go (a local path or a URL); `payer`, `on_written`: see `_WritePart`. `one_row`: every emission is exactly one
     row (svt alerts, which a stateful monitor emits in window order after the window's watermark), written
     as it arrives instead of grouped per window with a marker (a row emitted from a timer may be behind the
     watermark of a window grouping downstream, which would drop it).
     """
 
     def __init__(self, window: WindowSpec, indices: tuple[int, ...], directory: str, payer=None,
-                 one_row: bool = False) -> None:
+                 one_row: bool = False, on_written=None) -> None:
         super().__init__()
         self._window = window
         self._indices = indices
         self._directory = directory
         self._payer = payer
         self._one_row = one_row
+        self._on_written = on_written
 
     def display_data(self) -> dict:
         return {"directory": self._directory, "emissions": len(self._indices)}
 
     def expand(self, rows):
         keyed = rows | "Key by emission" >> beam.ParDo(_AtEmission(self._window))
-        write = _WritePart(self._directory, self._indices, self._payer)
+        write = _WritePart(self._directory, self._indices, self._payer, self._on_written)
         if self._one_row:  # each emission is exactly one row (svt): written as it comes, no grouping to wait for
             return (keyed
                     | "As a part" >> beam.MapTuple(lambda index, row: (index, [row, None]))

@@ -4,6 +4,7 @@ after its payment, at most once, and never when refused (a broken writer that ig
 The end-to-end runs against the Pub/Sub emulator are in tests/integration/test_pubsub_streams.py."""
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -15,6 +16,7 @@ from dpstream.pipelines.planning import plan_job
 from dpstream.pipelines.run import streaming
 from dpstream.pipelines.run.paid_stream import resume_point
 from dpstream.pipelines.run.payment import PeriodPayer
+from dpstream.pipelines.transforms.windowing import window_bounds_iso
 
 HOUR = 3600
 START = 1356998400  # 2013-01-01T00:00:00Z
@@ -95,3 +97,85 @@ def test_a_refused_window_is_never_published_and_the_broken_writer_is_caught(str
     broken = tmp_path / "broken"
     _write(payer, broken, 6, [{"v": 1}], writer=_IgnoresRefusals)
     assert os.path.exists(broken / "window-000006.jsonl"), "the negative control publishes a refused window"
+
+
+PUBSUB_JOB = """
+[input]
+format = "pubsub"
+subscription = "projects/p/subscriptions/s"
+timestamp_attribute = "ts"
+user = "user"
+partition = "dest"
+partitions = ["a", "b"]
+[window]
+size = "1h"
+start = "2013-01-01T00:00:00Z"
+end = "2013-01-01T08:00:00Z"
+[privacy]
+scope = "s"
+epsilon = 1.0
+delta = 1e-6
+unit_period = "4h"
+[[release]]
+kind = "histogram"
+name = "h"
+[output]
+format = "jsonl"
+path = "out"
+"""
+
+
+def _pubsub_job(tmp_path, text=PUBSUB_JOB):
+    from dpstream.pipelines.config import jobfile
+
+    (tmp_path / "job.toml").write_text(text)
+    return jobfile.load(str(tmp_path / "job.toml"))
+
+
+def test_the_pipeline_s_report_refresh_merges_windows_and_finishes_the_stream(tmp_path):
+    """What a worker does after each window (`StreamReport.refresh`), so the launcher may leave: the merged file
+    and report.json follow the windows published so far, and the stream ends finished at the last one."""
+    from dpstream.pipelines.run.stream_report import StreamReport
+
+    job = _pubsub_job(tmp_path)
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    output = str(tmp_path / "out")
+    with Ledger(url, create=True) as book:
+        book.init_scope("s", 10.0, 1e-5, unit_period=4 * HOUR)
+        ticket = book.open_stream("s", PureDP(0.5), "job", output=output, job="digest")
+    report = StreamReport(job, output, url, ticket.stream_id, ticket.session, "DataflowRunner", (), "now", ())
+    payer = PeriodPayer(url, ticket.stream_id, ticket.session, job.window, GRID)
+    directory = tmp_path / "out" / "windows" / "h"
+    for index in range(7):
+        fn = streaming._WritePart(str(directory), tuple(range(8)), payer, report.refresh)
+        start, end = window_bounds_iso(job.window, index)
+        fn.process((index, [{"window_start": start, "window_end": end, "partition": "a", "value": 1.0}, None]))
+    content = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert content["streaming"]["windows_pending"] == {"h": 1} and content["stream"]["status"] == "streaming"
+    assert len(content["stream"]["periods_debited"]) == 2
+    assert len((tmp_path / "out" / "h.jsonl").read_text().splitlines()) == 7
+    with Ledger(url) as book:
+        assert book.stream(ticket.stream_id).status == "streaming"
+    streaming._WritePart(str(directory), tuple(range(8)), payer, report.refresh).process((7, [None]))
+    with Ledger(url) as book:
+        assert book.stream(ticket.stream_id).status == "finished"
+    content = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert content["streaming"] == {"complete": True, "windows_pending": {}}
+
+
+def test_detach_is_refused_where_the_launcher_cannot_leave(tmp_path):
+    from dpstream.pipelines.run import runner
+
+    job = _pubsub_job(tmp_path)
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    with Ledger(url, create=True) as book:
+        book.init_scope("s", 10.0, 1e-5, unit_period=4 * HOUR)
+        book.init_scope("plain", 10.0, 1e-5)
+    with pytest.raises(runner.RunError, match="the DirectRunner runs the pipeline inside this process") as caught:
+        runner.run(job, ledger_url=url, log=lambda _: None, detach=True)
+    assert caught.value.exit_code == 2
+    plain = _pubsub_job(tmp_path, PUBSUB_JOB.replace('scope = "s"', 'scope = "plain"'))
+    with pytest.raises(runner.RunError, match="--detach applies to streaming jobs on a period scope"):
+        runner.run(plain, ledger_url=url, log=lambda _: None, detach=True)
+    with Ledger(url) as book:
+        assert book.history("s") == [] and book.streams_of("s") == [] and book.runs_of("plain") == []

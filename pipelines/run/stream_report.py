@@ -1,0 +1,91 @@
+"""A stream's outputs as of now: the release files merged from every window published so far, and report.json
+and report.md, written by the pipeline after each window it publishes (so the launcher may leave) and by the
+launcher when its session ends. All from public facts: the job, the window files, the ledger's stream record.
+
+Writers may race (two releases' windows published at once, or a worker and the launcher): each write is
+atomic and complete, and the next window's write brings the files up to date, so a reader sees a consistent
+report that may lag the newest window. A worker that finds every window of the range decided ends the stream
+as finished.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+from dpstream.accounting.ledger import Ledger
+from dpstream.accounting.text import instant_text
+from dpstream.connectors.files import join
+from dpstream.connectors.writers import release_path
+from dpstream.pipelines.config.jobfile import Job
+from dpstream.pipelines.planning import JobPlan, plan_job
+from dpstream.pipelines.report import document as report
+from dpstream.pipelines.run import streaming as streaming_io
+from dpstream.pipelines.run.budget import Debit
+
+
+@dataclass(frozen=True)
+class StreamReport:
+    """The public facts a stream's report needs; picklable, so it travels with the pipeline to its workers."""
+
+    job: Job
+    output_dir: str
+    ledger: str
+    stream_id: int
+    session: int
+    runner: str
+    beam_args: tuple[str, ...]
+    started_at: str
+    skipped: tuple[int, ...]  # windows this session will never release (`paid_stream.resume_point`)
+
+    @cached_property
+    def plan(self) -> JobPlan:
+        privacy = self.job.privacy
+        return plan_job(self.job.releases, privacy.bounds, self.job.window, privacy.epsilon, privacy.delta,
+                        privacy.unit_period)
+
+    @property
+    def files(self) -> dict[str, str]:
+        return {spec.name: release_path(self.output_dir, spec.name, self.job.output.format)
+                for spec in self.job.releases}
+
+    def pending(self) -> dict[str, int]:
+        """Release name -> windows of the range neither published nor refused yet (only releases with some)."""
+        out = {}
+        for spec in self.job.releases:
+            decided = streaming_io.released(join(self.output_dir, streaming_io.PARTS_DIR, spec.name))
+            missing = len(set(streaming_io.emissions(self.plan[spec.name], self.job.window)) - decided)
+            if missing:
+                out[spec.name] = missing
+        return out
+
+    def write(self, timings: dict[str, float] | None = None, started: float | None = None) -> dict[str, Any]:
+        """Merge the published windows into the release files and write the reports; report.json's content."""
+        for spec in self.job.releases:
+            directory = join(self.output_dir, streaming_io.PARTS_DIR, spec.name)
+            streaming_io.merge_parts(directory, streaming_io.released(directory), self.files[spec.name],
+                                     self.job.output.format)
+        with Ledger(self.ledger) as ledger:
+            record = ledger.stream(self.stream_id)
+            after, display = ledger.show(self.job.privacy.scope), ledger.display_url
+        grid = after.unit_period
+        assert grid is not None, "a stream pays a period scope"
+        debit = Debit(display, record.scope, record.stream_id, None, record.label, f"stream {record.stream_id}",
+                      record.event, after, None, None)
+        stream = {"stream": record.stream_id, "session": record.session, "status": record.status,
+                  "periods_debited": [instant_text(grid.start(p)) for p in sorted(record.debited)],
+                  "periods_refused": {instant_text(grid.start(p)): why for p, why in sorted(record.refused.items())},
+                  "windows_skipped": list(self.skipped)}
+        context = report.RunContext(job=self.job, plan=self.plan, runner=self.runner, beam_args=self.beam_args,
+                                    debit=debit, files=self.files, started_at=self.started_at,
+                                    timings=dict(timings or {}), pending=self.pending(), stream=stream)
+        return report.write_reports(context, self.output_dir, time.perf_counter() if started is None else started)
+
+    def refresh(self) -> None:
+        """After the pipeline published (or had refused) a window: bring the files and reports up to date, and
+        end the stream as finished once every window of the range is decided."""
+        self.write()
+        if not self.pending():
+            with Ledger(self.ledger) as ledger:
+                ledger.end_stream(self.stream_id, self.session, finished=True)
