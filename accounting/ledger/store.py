@@ -491,10 +491,13 @@ class Ledger:
                             f"when its first window is released" + (f" ({len(debited)} period(s) paid before)"
                                                                    if debited else ""))
 
-    def debit_stream(self, stream_id: int, session: int, periods: Periods) -> dict[int, str | None]:
+    def debit_stream(self, stream_id: int, session: int, periods: Periods,
+                     lease_seconds: float | None = None) -> dict[int, str | None]:
         """Debit each of `periods` for the stream once, or record its refusal: period -> None (debited, now or
-        before) or the refusal. One transaction; the same answer for every later ask. LedgerError when the
-        stream is not streaming in `session` (stopped, finished, or resumed by a newer session)."""
+        before) or the refusal. One transaction; the same answer for every later ask. `lease_seconds`: also
+        extend the session's lease to at least that long from now (a pipeline whose launcher left keeps its
+        stream live by releasing windows). LedgerError when the stream is not streaming in `session` (stopped,
+        finished, or resumed by a newer session)."""
         with self._transaction() as conn:
             scope = conn.execute(sa.select(self.streams.c.scope).where(self.streams.c.id == stream_id)).scalar()
             if scope is None:
@@ -505,6 +508,9 @@ class Ledger:
             if stream.status != STREAMING or stream.session != session:
                 raise LedgerError(f"stream {stream_id} is {stream.status} in session {stream.session}, not streaming "
                                   f"in session {session}; its window is not published")
+            if lease_seconds is not None:
+                conn.execute(self.streams.update().where(self.streams.c.id == stream_id).values(
+                    lease_until=max(stream.lease_until, time.time() + lease_seconds), updated_at=now_text()))
             debited, refused = decided(self.tables, conn, stream_id)
             grid = stream_grid(row)
             if periods.grid != grid:

@@ -110,7 +110,8 @@ def run_stream(job: Job, job_budget: Budget, grid: PeriodGrid, options: Pipeline
                                  runner_name(options), tuple(beam_args), started_at, skipped)
     try:
         pipeline = build_pipeline(job, job_budget, options, {}, parts, remaining,
-                                  PeriodPayer(job_budget.url, ticket.stream_id, ticket.session, job.window, grid),
+                                  PeriodPayer(job_budget.url, ticket.stream_id, ticket.session, job.window, grid,
+                                              _payment_lease(job, job_budget.lease_seconds)),
                                   stream_report.refresh)
         if detach:
             pipeline.run()
@@ -135,6 +136,14 @@ def run_stream(job: Job, job_budget: Budget, grid: PeriodGrid, options: Pipeline
         raise RunError(f"cannot write the report into {output_dir}: {err.strerror or err}; the windows written "
                        f"stay published") from err
     return StreamOutcome(content, stream_report.files, pending)
+
+
+def _payment_lease(job: Job, lease_seconds: float) -> float:
+    """How long each window's payment extends the stream's lease: at least two of its longest windows (plus
+    lateness), so a pipeline whose launcher left keeps its session from one window to the next."""
+    window = job.window
+    longest = max(window.bounds(i)[1] - window.bounds(i)[0] for i in range(min(window.count, 64)))
+    return max(lease_seconds, 2 * (max(longest, window.step) + window.allowed_lateness))
 
 
 def _check_output(output_dir: str, has_windows: bool) -> None:

@@ -23,6 +23,7 @@ class PeriodPayer:
     session: int
     window: WindowSpec
     grid: PeriodGrid
+    lease_seconds: float  # each payment extends the stream's lease this long: a detached pipeline keeps it live
 
     def periods(self, index: int) -> Periods:
         """The scope's periods window `index` overlaps: the only periods whose units its rows can depend on."""
@@ -34,6 +35,6 @@ class PeriodPayer:
         None when every one is paid, else why the window must not be published. LedgerError when the session
         may not debit (the stream was stopped or resumed elsewhere)."""
         with Ledger(self.ledger) as ledger:
-            answers = ledger.debit_stream(self.stream_id, self.session, self.periods(index))
+            answers = ledger.debit_stream(self.stream_id, self.session, self.periods(index), self.lease_seconds)
         refusals = [refusal for refusal in answers.values() if refusal is not None]
         return "; ".join(refusals) if refusals else None

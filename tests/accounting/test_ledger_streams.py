@@ -132,3 +132,15 @@ def test_racing_workers_debit_each_period_once(ledger_url):
     with Ledger(ledger_url) as ledger:
         assert len(ledger.history(scope)) == 3
         assert [p["releases"] for p in ledger.period_states(scope)] == [1, 1, 1]
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+def test_a_payment_keeps_a_detached_session_live(ledger_url):
+    with Ledger(ledger_url, create=True) as ledger:
+        scope = _scope(ledger)
+        ticket = ledger.open_stream(scope, EVENT, "job", output="/out/a", job="j1", lease_seconds=0.2)
+        ledger.debit_stream(ticket.stream_id, 1, _hours(0), lease_seconds=60)
+        time.sleep(0.3)
+        assert ledger.stream(ticket.stream_id).status == "streaming"
+        with pytest.raises(LedgerError, match="being written by stream"):
+            ledger.open_stream(scope, EVENT, "job", output="/out/a", job="j1")

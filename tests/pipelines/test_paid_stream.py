@@ -51,7 +51,7 @@ def stream(tmp_path):
         book.init_scope("s", 1.0, 0.0, unit_period=4 * HOUR)
         book.spend("s", PureDP(0.8), "another job", Periods(GRID, START // (4 * HOUR) + 1, START // (4 * HOUR) + 1))
         ticket = book.open_stream("s", PureDP(0.5), "job", output=str(tmp_path / "out"), job="digest")
-    return url, PeriodPayer(url, ticket.stream_id, ticket.session, WINDOW, GRID)
+    return url, PeriodPayer(url, ticket.stream_id, ticket.session, WINDOW, GRID, 60.0)
 
 
 def _write(payer, directory, index, rows, indices=ALL, writer=streaming._WritePart):
@@ -144,7 +144,7 @@ def test_the_pipeline_s_report_refresh_merges_windows_and_finishes_the_stream(tm
         book.init_scope("s", 10.0, 1e-5, unit_period=4 * HOUR)
         ticket = book.open_stream("s", PureDP(0.5), "job", output=output, job="digest")
     report = StreamReport(job, output, url, ticket.stream_id, ticket.session, "DataflowRunner", (), "now", ())
-    payer = PeriodPayer(url, ticket.stream_id, ticket.session, job.window, GRID)
+    payer = PeriodPayer(url, ticket.stream_id, ticket.session, job.window, GRID, 60.0)
     directory = tmp_path / "out" / "windows" / "h"
     for index in range(7):
         fn = streaming._WritePart(str(directory), tuple(range(8)), payer, report.refresh)
