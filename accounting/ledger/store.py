@@ -474,6 +474,11 @@ class Ledger:
                 raise LedgerError(f"output {output} holds stream {found.id} ({found.label!r}) of another job; a "
                                   f"stream resumes only with the same job file (same releases, bounds, windows "
                                   f"and budget); write to another output; nothing was debited")
+            if found is not None and found.events != json.dumps(event.to_dict()):
+                raise LedgerError(f"output {output} holds stream {found.id} ({found.label!r}), which charges each "
+                                  f"period {found.events}, but this run's plan charges {json.dumps(event.to_dict())} "
+                                  f"(the planner changed, e.g. another dpstream version); a stream resumes only "
+                                  f"under its own plan; write to another output; nothing was debited")
             if found is None:
                 stream_id, session = inserted_id(conn.execute(self.streams.insert().values(
                     scope=scope, label=label, output=output, job=job, events=json.dumps(event.to_dict()),
@@ -505,9 +510,11 @@ class Ledger:
             row = self._lock_scope(conn, scope)
             stream = conn.execute(sa.select(self.streams).where(self.streams.c.id == stream_id)
                                   .with_for_update()).one()
-            if stream.status != STREAMING or stream.session != session:
-                raise LedgerError(f"stream {stream_id} is {stream.status} in session {stream.session}, not streaming "
-                                  f"in session {session}; its window is not published")
+            if stream.status != STREAMING or stream.session != session or not lease_is_live(stream):
+                state = stream.status if lease_is_live(stream) or stream.status != STREAMING else "expired"
+                raise LedgerError(f"stream {stream_id} is {state} in session {stream.session}, not streaming in "
+                                  f"session {session} with a live lease; its window is not published (run the "
+                                  f"job again to resume the stream)")
             if lease_seconds is not None:
                 conn.execute(self.streams.update().where(self.streams.c.id == stream_id).values(
                     lease_until=max(stream.lease_until, time.time() + lease_seconds), updated_at=now_text()))
@@ -529,9 +536,9 @@ class Ledger:
         """Extend a streaming session's lease; LedgerError when the stream is not streaming in that session."""
         with self._transaction() as conn:
             stream = self._stream_row(conn, stream_id)
-            if stream.status != STREAMING or stream.session != session:
-                raise LedgerError(f"stream {stream_id} is {stream.status} in session {stream.session}; its lease "
-                                  f"was not renewed")
+            if stream.status != STREAMING or stream.session != session or not lease_is_live(stream):
+                raise LedgerError(f"stream {stream_id} is {stream.status} in session {stream.session} (lease until "
+                                  f"{instant_text(float(stream.lease_until))}); its lease was not renewed")
             conn.execute(self.streams.update().where(self.streams.c.id == stream_id)
                          .values(lease_until=time.time() + lease_seconds, updated_at=now_text()))
 

@@ -59,6 +59,7 @@ class StreamRecord:
     scope: str
     label: str
     output: str
+    job: str  # the digest of the job that opened it
     status: str
     session: int
     lease_until: float
@@ -71,7 +72,7 @@ class StreamRecord:
 
     def to_dict(self) -> dict[str, Any]:
         return {"stream": self.stream_id, "scope": self.scope, "label": self.label, "output": self.output,
-                "status": self.status, "session": self.session, "lease_until": self.lease_until,
+                "job": self.job, "status": self.status, "session": self.session, "lease_until": self.lease_until,
                 "events": self.event.to_dict(), "periods_debited": sorted(self.debited),
                 "periods_refused": {str(k): v for k, v in sorted(self.refused.items())}, "reason": self.reason,
                 "created_at": self.created_at, "updated_at": self.updated_at}
@@ -136,7 +137,7 @@ def lease_is_live(stream: sa.Row, clock: float | None = None) -> bool:
 def stream_record(tables: Tables, conn: sa.Connection, stream: sa.Row) -> StreamRecord:
     debited, refused = decided(tables, conn, stream.id)
     status = stream.status if stream.status != STREAMING or lease_is_live(stream) else STOPPED
-    return StreamRecord(stream.id, stream.scope, stream.label, stream.output, status, stream.session,
+    return StreamRecord(stream.id, stream.scope, stream.label, stream.output, stream.job, status, stream.session,
                         stream.lease_until, Event.from_dict(json.loads(stream.events)), debited, refused,
                         stream.reason if status == stream.status else "its lease ran out (killed or cut off)",
                         stream.created_at, stream.updated_at)

@@ -281,7 +281,7 @@ class Budget:
 
     def job_digest(self) -> str:
         """A digest of everything public that decides the plan and its outputs: a stream resumes only under it."""
-        public = repr((self.scope, self.epsilon, self.delta, self.bounds, self.window, self.releases,
+        public = repr((self.scope, float(self.epsilon), float(self.delta), self.bounds, self.window, self.releases,
                        self.unit_period, self.seed, self.shards))
         return hashlib.sha256(public.encode("utf-8")).hexdigest()
 
@@ -299,6 +299,17 @@ class Budget:
                 if str(err).startswith("refused:"):
                     raise RunError(str(err), EXIT_REFUSED) from err
                 raise
+
+    def check_resumable(self, output: str) -> None:
+        """RunError (nothing opened or debited) unless the scope has an unfinished stream of this very job into
+        `output`: windows found there may only be continued by the stream that released them."""
+        with self._ledger("nothing was debited") as ledger:
+            streams = ledger.streams_of(self.scope, output)
+        if any(s.status != "finished" and s.job == self.job_digest() for s in streams):
+            return
+        raise RunError(f"{output} holds windows released by a stream of scope {self.scope!r} that has finished or "
+                       f"was made by another job; a stream continues only the windows it released itself; write to "
+                       f"another output; nothing was debited")
 
     def renew_stream(self, ticket: StreamTicket) -> None:
         with self._ledger("the stream's lease was not renewed") as ledger:
@@ -344,7 +355,13 @@ class Budget:
             initial = self._initial_state(planned)
             return (dict(initial) if initial is not None else planned.monitor().to_dict()), self.window.start
         last = max(released)
-        state = json.loads(read_bytes(snapshot_path(self._snapshot_dir(planned.name), last)))
+        path = snapshot_path(self._snapshot_dir(planned.name), last)
+        try:
+            state = json.loads(read_bytes(path))
+        except (OSError, ValueError) as err:
+            raise RunError(f"svt release {planned.name!r}: the monitor's state after window {last + 1}, whose alert "
+                           f"was written, is missing or unreadable ({path}: {first_line(err)}); nothing was "
+                           f"published or debited, and the monitor keeps its state from before this run") from err
         following = self.window.bounds(last + 1)[0] if last + 1 < self.window.count else self.window.next_start
         return state, following
 

@@ -36,8 +36,9 @@ def build_pipeline(job: Job, job_budget: Budget, options: PipelineOptions, files
         for name, rows in released.items():
             indices = (emitted or {}).get(name, streaming_io.emissions(job_budget.plan[name], job.window))
             one_row = isinstance(job_budget.plan[name], SvtPlan)
-            rows | f"Write windows {name}" >> streaming_io.WriteWindowParts(job.window, indices, parts[name], payer,
-                                                                            one_row, on_written)
+            release_payer = None if payer is None else payer.for_release(job_budget.plan[name])
+            rows | f"Write windows {name}" >> streaming_io.WriteWindowParts(job.window, indices, parts[name],
+                                                                            release_payer, one_row, on_written)
         return pipeline
     for name, rows in released.items():
         (

@@ -20,14 +20,15 @@ them, so a resumed stream with a fixed seed releases what one uninterrupted run 
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from dpstream.accounting.ledger import PeriodGrid, StreamTicket
+from dpstream.accounting.ledger import PeriodGrid, Periods, StreamTicket
 from dpstream.accounting.text import instant_text
 from dpstream.connectors.files import filesystems, join
 from dpstream.pipelines.config.jobfile import Job
@@ -53,28 +54,43 @@ class StreamOutcome:
 
 
 def resume_point(plan: JobPlan, window: WindowSpec, grid: PeriodGrid, decided: dict[str, set[int]],
-                 expected: dict[str, tuple[int, ...]]) -> int:
+                 expected: dict[str, tuple[int, ...]], paid: Iterable[int] = ()) -> int:
     """The first window index this session may release: the first emission some release has not decided.
 
     Each window's release is an independent mechanism, so any undecided window may be released later. A job
     with state across windows (contribution caps over a unit's windows, or peaks over a period) holds that
-    state per user x period unit in the pipeline; a new session starts it afresh, so it must not continue a
-    period whose windows a session already released: it starts at the next window that begins a period
-    (windows in between are skipped, never released). The planner makes every window of a user x period job
-    lie inside one period (`planning.windows.unit_periods`), so no earlier window overlaps that period."""
+    state per user x period unit in the pipeline; a new session starts it afresh, so it must not release any
+    window of a period an earlier session touched: one that has a decided emission of any release (its span:
+    a window, or a peak's whole period), or that the stream paid (`paid`: period indices; a stale worker may
+    still publish there). It starts at the first window after all of them, and at a peak period's start, so
+    no peak is computed over part of its period; windows in between are skipped, never released."""
     pending = [index for name, indices in expected.items() for index in indices if index not in decided[name]]
     if not pending:
         return window.count
     first = min(pending)
-    stateful = plan.window_cap is not None or any(isinstance(r, PeakPlan) for r in plan.releases)
-    if not stateful or first == 0 or not any(decided.values()):
+    peaks = [r for r in plan.releases if isinstance(r, PeakPlan)]
+    if plan.window_cap is None and not peaks:
         return first
-    while first < window.count:
-        start = window.bounds(first)[0]
-        if grid.is_boundary(start):
-            return first
+    spans = [span for name, indices in decided.items() for index in indices
+             for span in [_span(plan[name], window, index)]]
+    barrier = max([Periods.overlapping(a, b, grid).end() for a, b in spans]
+                  + [grid.start(period + 1) for period in paid], default=-math.inf)
+    while math.isfinite(barrier):  # out of any peak period it cuts, onto a period boundary
+        moved = max([barrier] + [b for peak in peaks for a, b in peak.period_bounds if a < barrier < b])
+        moved = moved if grid.is_boundary(moved) else grid.start(grid.index(moved) + 1)
+        if moved == barrier:
+            break
+        barrier = moved
+    while first < window.count and window.bounds(first)[0] < barrier:
         first += 1
     return first
+
+
+def _span(planned, window: WindowSpec, index: int) -> tuple[float, float]:
+    """The time range the emission at `index` of a planned release reads."""
+    if isinstance(planned, PeakPlan):
+        return dict(zip(planned.last_windows, planned.period_bounds))[index]
+    return window.bounds(index)
 
 
 def run_stream(job: Job, job_budget: Budget, grid: PeriodGrid, options: PipelineOptions, beam_args: Sequence[str],
@@ -87,25 +103,30 @@ def run_stream(job: Job, job_budget: Budget, grid: PeriodGrid, options: Pipeline
     parts = {spec.name: join(output_dir, streaming_io.PARTS_DIR, spec.name) for spec in job.releases}
     expected = {spec.name: streaming_io.emissions(job_budget.plan[spec.name], job.window) for spec in job.releases}
     decided = {name: streaming_io.released(directory) for name, directory in parts.items()}
-    first = resume_point(job_budget.plan, job.window, grid, decided, expected)
-    remaining = {name: tuple(i for i in indices if i >= first and i not in decided[name])
-                 for name, indices in expected.items()}
-    skipped = tuple(sorted({i for name, indices in expected.items() for i in indices
-                            if i < first and i not in decided[name]}))
     if detach and runner_name(options) in DIRECT_RUNNERS:
         raise RunError(f"{job.source}: the DirectRunner runs the pipeline inside this process, so the launcher "
                        f"cannot leave it; run without --detach, or on Dataflow or Flink; nothing was debited")
-    if first < job.window.count:
-        check_event_time(job.window, options, time.time(), first)
     _check_output(output_dir, any(decided.values()))
+    if any(decided.values()):
+        job_budget.check_resumable(output_dir)
     label = f"job {job.name} ({job.source}) at {started_at}: " + ", ".join(r.name for r in job.releases)
     progress(f"opening stream on scope {job_budget.scope!r} (each {grid.text} period is paid when released)")
     ticket = job_budget.open_stream(label, output_dir)
     log(ticket.message)
-    if any(decided.values()) and not ticket.resumed:
-        job_budget.end_stream(ticket, finished=False, reason="its output holds windows of an earlier stream")
-        raise RunError(f"{output_dir} holds windows released by a stream that has finished or was made by another "
-                       f"dpstream; write to another output; nothing was debited")
+    try:
+        if any(decided.values()) and not ticket.resumed:  # another stream finished there meanwhile
+            raise RunError(f"{output_dir} holds windows of a stream that finished; write to another output; "
+                           f"nothing was debited")
+        first = resume_point(job_budget.plan, job.window, grid, decided, expected, ticket.debited)
+        if first < job.window.count:
+            check_event_time(job.window, options, time.time(), first)
+    except RunError as err:
+        job_budget.end_stream(ticket, finished=not ticket.resumed, reason=str(err))
+        raise
+    remaining = {name: tuple(i for i in indices if i >= first and i not in decided[name])
+                 for name, indices in expected.items()}
+    skipped = tuple(sorted({i for name, indices in expected.items() for i in indices
+                            if i < first and i not in decided[name]}))
     stream_report = StreamReport(job, output_dir, job_budget.url, ticket.stream_id, ticket.session,
                                  runner_name(options), tuple(beam_args), started_at, skipped)
     try:

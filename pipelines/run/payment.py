@@ -1,8 +1,8 @@
 """Paying for a streaming window from inside the pipeline, just before the window is published.
 
 `PeriodPayer` travels with the pipeline to its workers (it holds only public values: the ledger URL, the stream
-and session the launcher opened, the window range and the scope's period grid). Asked for window i, it debits
-every period of the scope that window i overlaps (`Ledger.debit_stream`: each period once per stream, whatever
+and session the launcher opened, the window range and the scope's period grid). Asked for emission i, it debits
+every period of the scope that the emission's rows read (window i, or a peak release's whole period) (`Ledger.debit_stream`: each period once per stream, whatever
 asks again) and says whether all of them were admitted. The caller publishes the window only then.
 
 Privacy: see `accounting.ledger.streams` and docs/proofs/pipelines.run.stream.md. The workers must reach the
@@ -10,10 +10,12 @@ ledger (PostgreSQL in production; an SQLite file only on the machine that runs t
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from typing import Mapping
 
 from dpstream.accounting.ledger import Ledger, PeriodGrid, Periods
 from dpstream.pipelines.config.specs import WindowSpec
+from dpstream.pipelines.planning import PeakPlan
 
 
 @dataclass(frozen=True)
@@ -24,11 +26,21 @@ class PeriodPayer:
     window: WindowSpec
     grid: PeriodGrid
     lease_seconds: float  # each payment extends the stream's lease this long: a detached pipeline keeps it live
+    spans: Mapping[int, tuple[float, float]] = field(default_factory=dict)
+    """Emission index -> the time range its rows read, where that is more than its window (a peak release
+    emits at its period's last window a row that reads every window of the period)."""
 
     def periods(self, index: int) -> Periods:
-        """The scope's periods window `index` overlaps: the only periods whose units its rows can depend on."""
-        start, end = self.window.bounds(index)
+        """The scope's periods the emission at `index` reads: its window's (or its span's), the only periods whose
+        units its rows can depend on."""
+        start, end = self.spans.get(index) or self.window.bounds(index)
         return Periods.overlapping(start, end, self.grid)
+
+    def for_release(self, plan) -> "PeriodPayer":
+        """This payer for one planned release: a peak release's emissions pay for their whole period."""
+        if isinstance(plan, PeakPlan):
+            return replace(self, spans=dict(zip(plan.last_windows, plan.period_bounds)))
+        return self
 
     def pay(self, index: int) -> str | None:
         """Debit the periods of window `index` (those already debited by this stream are not debited again);

@@ -205,6 +205,8 @@ def run(
             job_budget.close()
         log(debit.message)
         progress(STAGES[4])
+        if streaming:  # a bundle still running when the pipeline was cancelled may have written a window since
+            remove_tree(join(publication.staging, streaming_io.PARTS_DIR))
         publication.publish()
     final_files = {name: publication.final(path) for name, path in files.items()}
     return RunOutcome(output_dir, written, final_files, pending)

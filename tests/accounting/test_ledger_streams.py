@@ -144,3 +144,21 @@ def test_a_payment_keeps_a_detached_session_live(ledger_url):
         assert ledger.stream(ticket.stream_id).status == "streaming"
         with pytest.raises(LedgerError, match="being written by stream"):
             ledger.open_stream(scope, EVENT, "job", output="/out/a", job="j1")
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+def test_an_expired_session_cannot_debit_and_a_changed_plan_cannot_resume(ledger_url):
+    """Regressions from an adversarial review: a session whose lease ran out was still allowed to debit and
+    renew; a resume under another plan's event (another dpstream's planner) was charged the stored event."""
+    with Ledger(ledger_url, create=True) as ledger:
+        scope = _scope(ledger)
+        ticket = ledger.open_stream(scope, EVENT, "job", output="/out/a", job="j1", lease_seconds=0.2)
+        time.sleep(0.3)
+        with pytest.raises(LedgerError, match="expired in session 1"):
+            ledger.debit_stream(ticket.stream_id, 1, _hours(0), lease_seconds=60)
+        with pytest.raises(LedgerError, match="was not renewed"):
+            ledger.renew_stream(ticket.stream_id, 1)
+        assert ledger.history(scope) == []
+        with pytest.raises(LedgerError, match="resumes only under its own plan"):
+            ledger.open_stream(scope, PureDP(0.1), "job", output="/out/a", job="j1")
+        assert ledger.open_stream(scope, EVENT, "job", output="/out/a", job="j1").session == 2

@@ -44,6 +44,32 @@ def test_a_session_resumes_at_the_first_undecided_window_unless_state_spans_wind
                         {"h": ALL, "p": (3, 7, 11)}) == 8
 
 
+def test_a_stateful_session_never_shares_a_period_with_an_earlier_one():
+    """Regressions from an adversarial review: two releases that stopped at different windows, a release that
+    published nothing while another did, and periods paid (by a stale worker) without a window file."""
+    capped = plan_job([HistogramSpec("a", partitions=("x",)), HistogramSpec("b", partitions=("x",))],
+                      ContributionBounds(max_windows=1), WINDOW, 1.0, 1e-6, GRID)
+    both = {"a": ALL, "b": ALL}
+    assert resume_point(capped, WINDOW, GRID, {"a": set(range(5)), "b": set(range(4))}, both) == 8
+    assert resume_point(capped, WINDOW, GRID, {"a": set(), "b": {0}}, both) == 4
+    first_period = START // (4 * HOUR)
+    assert resume_point(capped, WINDOW, GRID, {"a": set(), "b": set()}, both, paid=(first_period + 1,)) == 8
+    assert resume_point(capped, WINDOW, GRID, {"a": set(), "b": set()}, both) == 0
+
+
+def test_a_peak_over_several_unit_periods_pays_all_of_them():
+    hourly = PeriodGrid.of(HOUR)
+    peaks = plan_job([PeakSpec("p", period=2 * HOUR, maximum=100.0)], ContributionBounds(), WINDOW, 1.0, 1e-6, hourly)
+    payer = PeriodPayer("sqlite:///unused.db", 1, 1, WINDOW, hourly, 60.0)
+    assert payer.periods(1).count == 1
+    peak_payer = payer.for_release(peaks["p"])
+    assert peaks["p"].last_windows[0] == 1 and peak_payer.periods(1).count == 2
+    assert peak_payer.periods(1).first == START // HOUR
+    # resuming inside a 2-hour peak period (at an hour boundary) would compute that peak over part of it
+    assert resume_point(peaks, WINDOW, hourly, {"p": {1}}, {"p": peaks["p"].last_windows}) == 3  # next emission
+    assert resume_point(peaks, WINDOW, hourly, {"p": set()}, {"p": peaks["p"].last_windows}, paid=(START // HOUR,)) == 2
+
+
 @pytest.fixture
 def stream(tmp_path):
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
@@ -179,3 +205,21 @@ def test_detach_is_refused_where_the_launcher_cannot_leave(tmp_path):
         runner.run(plain, ledger_url=url, log=lambda _: None, detach=True)
     with Ledger(url) as book:
         assert book.history("s") == [] and book.streams_of("s") == [] and book.runs_of("plain") == []
+
+
+def test_windows_of_another_stream_are_never_adopted(tmp_path):
+    """Regression from an adversarial review: a refused attempt used to leave a stopped stream of the new job,
+    which the next attempt resumed, adopting the other stream's windows. Now nothing is opened, every time."""
+    from dpstream.pipelines.run import runner
+
+    job = _pubsub_job(tmp_path)
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    with Ledger(url, create=True) as book:
+        book.init_scope("s", 10.0, 1e-5, unit_period=4 * HOUR)
+    (tmp_path / "out" / "windows" / "h").mkdir(parents=True)
+    (tmp_path / "out" / "windows" / "h" / "window-000000.jsonl").write_text("{}\n")
+    for _ in range(2):
+        with pytest.raises(runner.RunError, match="a stream continues only the windows it released itself"):
+            runner.run(job, ledger_url=url, log=lambda _: None)
+    with Ledger(url) as book:
+        assert book.streams_of("s") == [] and book.history("s") == []
