@@ -132,7 +132,7 @@ def run_stream(job: Job, job_budget: Budget, grid: PeriodGrid, options: Pipeline
     try:
         pipeline = build_pipeline(job, job_budget, options, {}, parts, remaining,
                                   PeriodPayer(job_budget.url, ticket.stream_id, ticket.session, job.window, grid,
-                                              _payment_lease(job, job_budget.lease_seconds)),
+                                              _payment_lease(job, job_budget.lease_seconds) if detach else None),
                                   stream_report.refresh)
         if detach:
             pipeline.run()
@@ -160,8 +160,10 @@ def run_stream(job: Job, job_budget: Budget, grid: PeriodGrid, options: Pipeline
 
 
 def _payment_lease(job: Job, lease_seconds: float) -> float:
-    """How long each window's payment extends the stream's lease: at least two of its longest windows (plus
-    lateness), so a pipeline whose launcher left keeps its session from one window to the next."""
+    """How long each window's payment extends a detached stream's lease: at least two of its longest windows
+    (plus lateness), so a pipeline whose launcher left keeps its session from one window to the next. (With the
+    launcher there, its lease keeper renews the lease, and a killed launcher's session expires after
+    `lease_seconds`.)"""
     window = job.window
     longest = max(window.bounds(i)[1] - window.bounds(i)[0] for i in range(min(window.count, 64)))
     return max(lease_seconds, 2 * (max(longest, window.step) + window.allowed_lateness))

@@ -25,7 +25,7 @@ class PeriodPayer:
     session: int
     window: WindowSpec
     grid: PeriodGrid
-    lease_seconds: float  # each payment extends the stream's lease this long: a detached pipeline keeps it live
+    lease_seconds: float | None  # each payment extends the lease this long (a detached pipeline keeps it live)
     spans: Mapping[int, tuple[float, float]] = field(default_factory=dict)
     """Emission index -> the time range its rows read, where that is more than its window (a peak release
     emits at its period's last window a row that reads every window of the period)."""
