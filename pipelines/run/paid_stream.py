@@ -109,6 +109,9 @@ def run_stream(job: Job, job_budget: Budget, grid: PeriodGrid, options: Pipeline
     _check_output(output_dir, any(decided.values()))
     if any(decided.values()):
         job_budget.check_resumable(output_dir)
+    first = resume_point(job_budget.plan, job.window, grid, decided, expected)  # refined once the ledger is read
+    if first < job.window.count:
+        check_event_time(job.window, options, time.time(), first)
     label = f"job {job.name} ({job.source}) at {started_at}: " + ", ".join(r.name for r in job.releases)
     progress(f"opening stream on scope {job_budget.scope!r} (each {grid.text} period is paid when released)")
     ticket = job_budget.open_stream(label, output_dir)
@@ -117,9 +120,10 @@ def run_stream(job: Job, job_budget: Budget, grid: PeriodGrid, options: Pipeline
         if any(decided.values()) and not ticket.resumed:  # another stream finished there meanwhile
             raise RunError(f"{output_dir} holds windows of a stream that finished; write to another output; "
                            f"nothing was debited")
-        first = resume_point(job_budget.plan, job.window, grid, decided, expected, ticket.debited)
-        if first < job.window.count:
-            check_event_time(job.window, options, time.time(), first)
+        later = resume_point(job_budget.plan, job.window, grid, decided, expected, ticket.debited)
+        if first < later < job.window.count:
+            check_event_time(job.window, options, time.time(), later)
+        first = later
     except RunError as err:
         job_budget.end_stream(ticket, finished=not ticket.resumed, reason=str(err))
         raise
