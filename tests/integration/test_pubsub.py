@@ -1,6 +1,6 @@
 """Streaming jobs against the Pub/Sub emulator of the Google Cloud CLI (DESIGN.md §7).
 
-One emulator serves the module (about 6 s to start); it runs in its own process group, watched, and the
+One emulator serves every integration module (tests/integration/conftest.py, about 6 s to start); it runs in its own process group, watched, and the
 whole group is killed when the module ends, or within a second of this process dying.
 
 1. Timestamped JSON events are published to a topic; `runner.run` reads them from a subscription on the
@@ -20,8 +20,6 @@ Bounded: about 40 s on 2 cores; every run has a max_seconds bound, so nothing wa
 """
 import contextlib
 import json
-import os
-import shutil
 import threading
 import time
 from datetime import datetime, timezone
@@ -32,46 +30,12 @@ from dpstream.accounting.ledger import Ledger
 from dpstream.accounting.text import instant_text
 from dpstream.pipelines.config import jobfile
 from dpstream.pipelines.run import runner
-from tests.integration.services import free_port, require, start, stop, wait_for_port
+from tests.integration.conftest import PROJECT
 
-PROJECT = "dpstream-test"
 LEAD_S = 10  # from publishing to the first window's start: covers pipeline start-up on a loaded machine
 WINDOW_S = 4
 USERS = 12
 BOUND_S = 60  # max_seconds of the complete run: a safety bound, far above the ~20 s it needs
-
-
-def _emulator_installed() -> bool:
-    gcloud = shutil.which("gcloud")
-    if gcloud is None or shutil.which("java") is None:
-        return False
-    sdk_root = os.path.dirname(os.path.dirname(os.path.realpath(gcloud)))
-    return os.path.isdir(os.path.join(sdk_root, "platform", "pubsub-emulator"))
-
-
-@pytest.fixture(scope="module")
-def emulator(tmp_path_factory):
-    require(_emulator_installed(), "the Pub/Sub emulator is not installed (needs gcloud with the "
-                                   "pubsub-emulator component, and java)")
-    try:
-        from google.cloud import pubsub_v1
-    except ImportError:
-        require(False, "google-cloud-pubsub is not installed (pip install -e '.[pubsub]')")
-    port = free_port()
-    log_path = str(tmp_path_factory.mktemp("emulator") / "emulator.log")
-    service = start(["gcloud", "beta", "emulators", "pubsub", "start", f"--host-port=127.0.0.1:{port}",
-                     f"--project={PROJECT}"], log_path)
-    before = os.environ.get("PUBSUB_EMULATOR_HOST")
-    try:
-        wait_for_port(port, service, 60, log_path)
-        os.environ["PUBSUB_EMULATOR_HOST"] = f"127.0.0.1:{port}"
-        yield pubsub_v1.PublisherClient(), pubsub_v1.SubscriberClient()
-    finally:
-        stop(service)
-        if before is None:
-            os.environ.pop("PUBSUB_EMULATOR_HOST", None)
-        else:
-            os.environ["PUBSUB_EMULATOR_HOST"] = before
 
 
 def _topic_and_subscription(clients, name: str) -> tuple[str, str]:

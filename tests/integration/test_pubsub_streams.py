@@ -30,13 +30,7 @@ import pytest
 from dpstream.accounting.ledger import Ledger
 from dpstream.pipelines.config import jobfile
 from dpstream.pipelines.run import runner, status
-from tests.integration.test_pubsub import (  # noqa: F401  (the emulator fixture)
-    LEAD_S,
-    _iso,
-    _topic_and_subscription,
-    _traffic,
-    emulator,
-)
+from tests.integration.test_pubsub import LEAD_S, _iso, _topic_and_subscription, _traffic
 
 USERS = 10
 
