@@ -1,6 +1,6 @@
 """Accuracy of per-window statistics against PipelineDP at equal (epsilon, delta), same bounds, same runner, on the
-flights data (issue 18): the mean departure delay per destination per day, and the distinct aircraft per
-destination per day.
+flights data (issue 18): the mean departure delay per destination per day, the distinct aircraft per
+destination per day, and the median and 90th percentile of the delay per destination per calendar month.
 
 Privacy unit: an aircraft-day (dpstream `unit_period` = 1 day; PipelineDP's privacy id is (tailnum, day), since
 it has no windows), public partitions (day, destination) for PipelineDP and the 104 destinations per daily window
@@ -17,7 +17,14 @@ centred sum as one Gaussian event with the sum's sigma (max - min) / 2 times the
 where PipelineDP splits the budget between them in its own way; both centre the values. The distinct counts
 have identical sensitivities (sqrt(3) per aircraft-day) and exact Gaussian calibrations, so they should tie.
 
-Usage: .venv/bin/python -m benchmarks.statistics [--quick] [--output benchmarks/results/statistics.json]
+Quantiles: an aircraft-month is the privacy unit (calendar months; PipelineDP's privacy id is (tailnum, month)),
+public partitions (month, destination), 3 destinations per aircraft-month and `MONTH_CONTRIBUTIONS` departures
+per destination, delays clipped to [-30, 120]. dpstream draws each quantile by the exponential mechanism on a
+grid of 1,000 steps (`QuantilesSpec`); PipelineDP's PERCENTILE releases both from one noisy quantile tree
+(Gaussian noise). The truth is each cell's quantile of every departure (numpy, linear interpolation).
+
+Usage: .venv/bin/python -m benchmarks.statistics [--quick] [--statistics mean users quantiles]
+       [--output benchmarks/results/statistics.json]
 """
 from __future__ import annotations
 
@@ -37,13 +44,18 @@ import pyarrow.parquet as pq
 from benchmarks.pipelines import DELTA, _run, _to_batches
 from benchmarks.windows_cap import _mean, _rmse
 from dpstream.connectors.schema import EVENT_SCHEMA
-from dpstream.pipelines.config.specs import ContributionBounds, HistogramSpec, WindowSpec
+from dpstream.pipelines.config.specs import ContributionBounds, HistogramSpec, QuantilesSpec, WindowSpec
 from dpstream.pipelines.planning import plan_job
 from dpstream.pipelines.transforms.graph import release_graph
 from dpstream.pipelines.transforms.windowing import window_indices
 
 DAY = 86400
 BOUNDS = ContributionBounds(max_partitions=3, max_contributions=3, min_value=-30.0, max_value=120.0)
+MONTH_CONTRIBUTIONS = 10
+MONTH_BOUNDS = ContributionBounds(max_partitions=3, max_contributions=MONTH_CONTRIBUTIONS, min_value=-30.0,
+                                  max_value=120.0)
+QUANTILES = (0.5, 0.9)
+STATISTICS = ("mean", "users", "quantiles")
 EPSILONS = (1.0, 4.0)
 DRAWS = 3
 SEED = 18
@@ -62,12 +74,83 @@ def flights(directory: str) -> dict:
     window = WindowSpec.of("1d", "2013-01-01", "2014-01-01")
     rows, index = window_indices(frame["timestamp"].to_numpy(), window)
     frame = frame.iloc[rows].assign(window=index)
+    months = WindowSpec.of("1month", "2013-01-01", "2014-01-01")
+    rows, index = window_indices(frame["timestamp"].to_numpy(), months)
+    frame = frame.iloc[rows].assign(month=index)
     path = os.path.join(directory, "flights-delays.parquet")
     pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), path, row_group_size=65536)
-    cells = frame.groupby(["window", "partition"])
-    return {"path": path, "window": window, "partitions": tuple(sorted(frame["partition"].unique())),
+    cells, monthly = frame.groupby(["window", "partition"]), frame.groupby(["month", "partition"])["value"]
+    return {"path": path, "window": window, "months": months, "partitions": tuple(sorted(frame["partition"].unique())),
             "events": len(frame), "mean": cells["value"].mean(), "records": cells.size(),
-            "users": cells["user"].nunique()}
+            "users": cells["user"].nunique(), "month_records": monthly.size(),
+            **{_quantile_name(q): monthly.quantile(q) for q in QUANTILES}}
+
+
+def _quantile_name(q: float) -> str:
+    return f"p{round(100 * q)}"
+
+
+def dpstream_quantiles(data: dict, epsilon: float, directory: str, seed: int) -> dict:
+    """(seconds, {"p50": {(month, dest): value}, "p90": ...}) of one dpstream quantiles release."""
+    spec = QuantilesSpec("stat", quantiles=QUANTILES, partitions=data["partitions"])
+    plan = plan_job((spec,), MONTH_BOUNDS, data["months"], epsilon, DELTA, unit_period="1month")
+
+    def build(pipeline):
+        batches = (pipeline | "Read" >> beam.io.ReadFromParquetBatched(data["path"], columns=EVENT_SCHEMA.names)
+                   | "Batches" >> beam.FlatMap(_to_batches))
+        return release_graph(batches, (spec,), plan, MONTH_BOUNDS, data["months"], seed)[0]["stat"]
+
+    seconds, rows = _run(build, directory)
+    starts = {data["months"].bounds(i)[0]: i for i in range(data["months"].count)}
+    values: dict = {_quantile_name(q): {} for q in QUANTILES}
+    for r in rows:
+        values[_quantile_name(r["quantile"])][(starts[pd.Timestamp(r["window_start"]).timestamp()], r["partition"])] = r["value"]
+    return {"seconds": seconds, "values": values}
+
+
+def pipelinedp_quantiles(data: dict, epsilon: float, directory: str) -> dict:
+    import pipeline_dp
+
+    public = [(m, p) for m in range(data["months"].count) for p in data["partitions"]]
+
+    def build(pipeline):
+        accountant = pipeline_dp.PLDBudgetAccountant(total_epsilon=epsilon, total_delta=DELTA)
+        engine = pipeline_dp.DPEngine(accountant, pipeline_dp.BeamBackend())
+        rows = pipeline | "Read" >> beam.io.ReadFromParquet(data["path"], columns=["user", "month", "partition", "value"])
+        extractors = pipeline_dp.DataExtractors(privacy_id_extractor=lambda r: (r["user"], r["month"]),
+                                                partition_extractor=lambda r: (r["month"], r["partition"]),
+                                                value_extractor=lambda r: r["value"])
+        params = pipeline_dp.AggregateParams(
+            noise_kind=pipeline_dp.NoiseKind.GAUSSIAN,
+            metrics=[pipeline_dp.Metrics.PERCENTILE(round(100 * q)) for q in QUANTILES],
+            max_partitions_contributed=MONTH_BOUNDS.max_partitions,
+            max_contributions_per_partition=MONTH_BOUNDS.max_contributions,
+            min_value=MONTH_BOUNDS.min_value, max_value=MONTH_BOUNDS.max_value)
+        result = engine.aggregate(rows, params, extractors, public_partitions=public)
+        accountant.compute_budgets()
+        names = [f"percentile_{round(100 * q)}" for q in QUANTILES]
+        return result | beam.Map(lambda kv: [kv[0][0], kv[0][1], *(float(getattr(kv[1], n)) for n in names)])
+
+    seconds, rows = _run(build, directory)
+    values: dict = {_quantile_name(q): {} for q in QUANTILES}
+    for month, partition, *released in rows:
+        for q, value in zip(QUANTILES, released):
+            values[_quantile_name(q)][(int(month), partition)] = value
+    return {"seconds": seconds, "values": values}
+
+
+def quantile_scenario(data: dict, epsilon: float, directory: str, draws: int) -> dict:
+    records = data["month_records"]
+    domains = {"cells with >= 1 departure": list(records.index), "cells with >= 20": list(records[records >= 20].index)}
+    out: dict = {"metric": "quantiles", "epsilon": epsilon, "draws": draws}
+    for tool in ("dpstream", "pipelinedp"):
+        runs = [dpstream_quantiles(data, epsilon, directory, SEED + i) if tool == "dpstream"
+                else pipelinedp_quantiles(data, epsilon, directory) for i in range(draws)]
+        out[tool] = {"seconds": float(np.mean([r["seconds"] for r in runs]))}
+        for q in QUANTILES:
+            name = _quantile_name(q)
+            out[tool][name] = _errors([{**r, "values": r["values"][name]} for r in runs], data[name], domains)
+    return out
 
 
 def dpstream_run(data: dict, metric: str, epsilon: float, directory: str, seed: int) -> dict:
@@ -142,27 +225,52 @@ def _errors(runs: list[dict], truth: pd.Series, domains: dict) -> dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one epsilon, one run per tool")
+    parser.add_argument("--statistics", nargs="+", choices=STATISTICS, default=list(STATISTICS),
+                        help="which statistics to measure (all of them)")
     parser.add_argument("--output", default=os.path.join(os.path.dirname(__file__), "results", "statistics.json"))
     args = parser.parse_args(argv)
     began = time.perf_counter()
     epsilons, draws = (EPSILONS[:1], 1) if args.quick else (EPSILONS, DRAWS)
     with tempfile.TemporaryDirectory(prefix="dpstream-bench-") as directory:
         data = flights(directory)
-        results = [scenario(data, metric, epsilon, directory, draws) for metric in ("mean", "users")
-                   for epsilon in epsilons]
+        results = [quantile_scenario(data, epsilon, directory, draws) if statistic == "quantiles"
+                   else scenario(data, statistic, epsilon, directory, draws)
+                   for statistic in args.statistics for epsilon in epsilons]
+    kept = _earlier_scenarios(args.output, set(args.statistics))
     out = {"machine": {"python": platform.python_version(), "processor": platform.processor() or platform.machine()},
            "quick": args.quick, "seconds": time.perf_counter() - began, "events": data["events"],
-           "bounds": {"max_partitions": BOUNDS.max_partitions, "max_contributions": BOUNDS.max_contributions,
-                      "min_value": BOUNDS.min_value, "max_value": BOUNDS.max_value}, "scenarios": results}
+           "bounds": {name: {"max_partitions": b.max_partitions, "max_contributions": b.max_contributions,
+                             "min_value": b.min_value, "max_value": b.max_value}
+                      for name, b in (("daily", BOUNDS), ("monthly", MONTH_BOUNDS))},
+           "scenarios": kept + results}
     with open(args.output, "w") as handle:
         json.dump(out, handle, indent=2)
     for result in results:
         print(f"{result['metric']} at epsilon {result['epsilon']:g}:")
         for tool in [k for k, v in result.items() if isinstance(v, dict)]:
-            cells = {k: v for k, v in result[tool].items() if isinstance(v, dict)}
-            print(f"  {tool:26s} " + "  ".join(f"{k}: {v['rmse']:.4g}" + (f" +- {v['stderr']:.2g}" if v["stderr"] else "")
-                                              for k, v in cells.items()))
+            for label, cells in _error_tables(result[tool]):
+                print(f"  {tool + label:32s} " + "  ".join(
+                    f"{k}: {v['rmse']:.4g}" + (f" +- {v['stderr']:.2g}" if v["stderr"] else "") for k, v in cells.items()))
     return 0
+
+
+def _earlier_scenarios(path: str, measured: set[str]) -> list[dict]:
+    """The scenarios of an earlier result file for statistics not measured now (a run of some statistics keeps
+    the others' results)."""
+    if not os.path.exists(path):
+        return []
+    with open(path) as handle:
+        return [s for s in json.load(handle).get("scenarios", []) if s["metric"] not in measured]
+
+
+def _error_tables(measured: dict):
+    """(label, {domain: {rmse, stderr}}) per statistic of one tool's result (quantiles: one per quantile)."""
+    cells = {k: v for k, v in measured.items() if isinstance(v, dict) and "rmse" in v}
+    if cells:
+        yield "", cells
+    for name, nested in measured.items():
+        if isinstance(nested, dict) and "rmse" not in nested:
+            yield f" {name}", {k: v for k, v in nested.items() if isinstance(v, dict)}
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ _API = {
     "TopKSpec": "dpstream.pipelines.config.specs",
     "PeakSpec": "dpstream.pipelines.config.specs",
     "SvtSpec": "dpstream.pipelines.config.specs",
+    "QuantilesSpec": "dpstream.pipelines.config.specs",
     "Metric": "dpstream.pipelines.config.specs",
     "Noise": "dpstream.pipelines.config.specs",
     "Selection": "dpstream.pipelines.config.specs",

@@ -32,6 +32,7 @@ from dpstream.accounting.ledger.errors import LedgerError
 from dpstream.accounting.ledger.periods import PeriodGrid
 from dpstream.connectors import readers, writers
 from dpstream.pipelines.config.specs import (
+    DEFAULT_QUANTILE_BUCKETS,
     EPSILON_RANGE,
     LAST_INSTANT,
     MAX_DELTA,
@@ -41,6 +42,7 @@ from dpstream.pipelines.config.specs import (
     Metric,
     Noise,
     PeakSpec,
+    QuantilesSpec,
     ReleaseKind,
     ReleaseSpec,
     Selection,
@@ -65,6 +67,7 @@ RELEASE_KEYS: dict[ReleaseKind, tuple[str, ...]] = {
     ReleaseKind.PEAK: ("period", "maximum"),
     ReleaseKind.SVT: ("partitions", "maximum", "threshold", "sigma_threshold", "sigma_query", "metric", "method",
                       "persist_threshold"),
+    ReleaseKind.QUANTILES: ("partitions", "quantiles", "buckets"),
 }
 """The keys of a [[release]] table besides kind, name and weight, by kind (the fields of its spec class)."""
 SECTIONS = {
@@ -408,8 +411,18 @@ def _svt(check: "_Checker", entry: dict, where: str, name: str, weight: float,
     )
 
 
+def _quantiles(check: "_Checker", entry: dict, where: str, name: str, weight: float,
+               partitions: tuple[str, ...] | None) -> QuantilesSpec:
+    """A quantiles release; the list's checks are QuantilesSpec's."""
+    if "quantiles" not in entry:
+        check.fail(f"{where}.quantiles is required for a quantiles release (e.g. [0.5, 0.9])")
+    return check.build(QuantilesSpec, name=name, weight=weight, partitions=partitions, quantiles=entry["quantiles"],
+                       buckets=check.integer(entry, where, "buckets", default=DEFAULT_QUANTILE_BUCKETS, minimum=2))
+
+
 _RELEASE_BUILDERS: dict[ReleaseKind, Callable[..., ReleaseSpec]] = {
     ReleaseKind.HISTOGRAM: _histogram, ReleaseKind.TOPK: _topk, ReleaseKind.PEAK: _peak, ReleaseKind.SVT: _svt,
+    ReleaseKind.QUANTILES: _quantiles,
 }
 
 

@@ -320,6 +320,7 @@ class ReleaseKind(StrEnum):
     TOPK = "topk"  # per window, the k highest partitions by the exponential mechanism
     PEAK = "peak"  # per period, the window with the largest total, by Gaussian report-noisy-max
     SVT = "svt"  # threshold alerts over windows by a sparse-vector monitor
+    QUANTILES = "quantiles"  # per window, quantiles of the bounded values per partition, by the exponential mechanism
 
 
 class Noise(StrEnum):
@@ -557,10 +558,44 @@ class SvtSpec(_Release):
                  f"{where}: persist_threshold must be true or false, got {self.persist_threshold!r}")
 
 
-ReleaseSpec = Union[HistogramSpec, TopKSpec, PeakSpec, SvtSpec]
+DEFAULT_QUANTILE_BUCKETS = 1000
+"""The grid of a quantiles release: steps of (max_value - min_value) / 1000, finer than the rank error of any
+budget worth spending (the exponential mechanism's error grows only with ln(G + 1))."""
+MAX_QUANTILES = 32
+
+
+@dataclass(frozen=True, kw_only=True)
+class QuantilesSpec(_Release):
+    """Per window and partition, the `quantiles` (each in (0, 1)) of the bounded values, each drawn by the
+    exponential mechanism among the points of a grid of `buckets` equal steps over [min_value, max_value].
+
+    partitions: the public partition list (every listed partition appears), or None: partitions are selected by
+    Gaussian thresholding of their noisy number of distinct privacy units, and only selected ones appear.
+    """
+
+    kind: ClassVar[ReleaseKind] = ReleaseKind.QUANTILES
+    quantiles: tuple[float, ...]
+    partitions: tuple[str, ...] | None = None
+    buckets: int = DEFAULT_QUANTILE_BUCKETS
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        levels = self.quantiles
+        _require(isinstance(levels, (list, tuple)) and 0 < len(levels) <= MAX_QUANTILES
+                 and all(_number(q) and 0 < q < 1 for q in levels),
+                 f"{self.where}: quantiles must be a list of 1 to {MAX_QUANTILES} numbers in (0, 1), such as "
+                 f"[0.5, 0.9], got {levels!r}")
+        _require(len(set(levels)) == len(levels), f"{self.where}: quantiles lists a quantile more than once")
+        self._set("quantiles", tuple(sorted(float(q) for q in levels)))
+        self._set("partitions", _partition_list(self.where, self.partitions))
+        _require(isinstance(self.buckets, int) and not isinstance(self.buckets, bool) and 2 <= self.buckets <= 10**6,
+                 f"{self.where}: buckets must be an integer from 2 to 1000000, got {self.buckets!r}")
+
+
+ReleaseSpec = Union[HistogramSpec, TopKSpec, PeakSpec, SvtSpec, QuantilesSpec]
 """One `[[release]]` of a job file, or one release of a library `Budget`."""
 
 RELEASE_SPECS: dict[ReleaseKind, type[ReleaseSpec]] = {
-    spec.kind: spec for spec in (HistogramSpec, TopKSpec, PeakSpec, SvtSpec)
+    spec.kind: spec for spec in (HistogramSpec, TopKSpec, PeakSpec, SvtSpec, QuantilesSpec)
 }
 """The spec class of each release kind."""

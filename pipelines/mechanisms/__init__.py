@@ -17,19 +17,21 @@ the grid step. Their inputs may be integer units of a power-of-two `quantum`
 (the exact bounded sums of contribution bounding, `fixedpoint`): they then
 reach the grid by exact integer arithmetic, with no rounding at all when
 quantum >= the grid step (`noise.to_grid`). Mechanisms that release only
-*indices* (exponential_top_k, report_noisy_max, above_threshold,
+*indices* (exponential_top_k, exponential_quantiles, report_noisy_max, above_threshold,
 laplace_above_threshold) use continuous noise from the same CSPRNG: the noisy
 scores are never released, so their low bits cannot leak.
 
 Modules: `release` (the `Release` record and shared argument checks),
 `additive` (Laplace and Gaussian noise, clamping), `thresholds` (selection of
 unknown partitions), `ranking` (top-k, report-noisy-max, consistent counts),
+`quantiles` (exponential-mechanism quantiles on a grid),
 `sparse_vector` (AboveThreshold), `monitor` (the sparse-vector monitor over
 windows), `noise` (randomness and the grid), `fixedpoint` (exact sums).
 """
 from __future__ import annotations
 
 from dpstream.pipelines.mechanisms.additive import clamp_to_range, gaussian, laplace
+from dpstream.pipelines.mechanisms.quantiles import exponential_quantiles
 from dpstream.pipelines.mechanisms.ranking import (
     TOP_K_METHODS,
     count_mle,
@@ -58,6 +60,7 @@ __all__ = [
     "clamp_to_range",
     "count_mle",
     "distinct_threshold",
+    "exponential_quantiles",
     "exponential_top_k",
     "gaussian",
     "gaussian_threshold",

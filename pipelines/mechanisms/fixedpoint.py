@@ -146,7 +146,8 @@ def _magnitudes(parts: pd.Series | pd.DataFrame) -> np.ndarray:
 
 
 def group_sums(parts: pd.Series | pd.DataFrame) -> pd.Series | pd.DataFrame:
-    """Exact int64 sums per index label, sorted by label; `SumOverflowError` when a sum could leave int64.
+    """Exact int64 sums per index label (per tuple of labels for a MultiIndex), sorted by label; `SumOverflowError`
+    when a sum could leave int64.
 
     Every column of a DataFrame is summed and checked alike.
     """
@@ -154,7 +155,7 @@ def group_sums(parts: pd.Series | pd.DataFrame) -> pd.Series | pd.DataFrame:
     if magnitudes.sum() > SUM_LIMIT:  # all labels together exceed the limit: check label by label
         per_label = pd.DataFrame(magnitudes.reshape(len(parts), -1), index=parts.index).groupby(level=0).sum()
         _require_in_range(per_label.max(axis=1), "partition")
-    return parts.groupby(level=0, sort=True).sum()
+    return parts.groupby(level=list(range(parts.index.nlevels)), sort=True).sum()
 
 
 def total(units: pd.Series) -> int:

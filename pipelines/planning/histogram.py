@@ -27,6 +27,7 @@ from dpstream.pipelines.config.specs import (
     HistogramSpec,
     Metric,
     Noise,
+    QuantilesSpec,
     Selection,
     centred_bounds,
     metric_bounds,
@@ -57,7 +58,7 @@ raises the cutoff by 1.2% (benchmarks/pipelines.py).
 
 
 @dataclass(frozen=True)
-class _SelectionRelease(Release):
+class SelectionRelease(Release):
     """A calibration entry for partition selection: Gaussian thresholding or truncated Gaussian.
 
     `sensitivity` is the L2 sensitivity sqrt(L0) * tau, so a run's rho =
@@ -248,9 +249,15 @@ class HistogramPlan:
 
 def selection_delta(context: PlanningContext) -> float:
     """Each selection run's delta: SELECTION_DELTA_SHARE of the job's delta, shared evenly over every window of
-    every histogram over unknown partitions that one unit can touch."""
-    selections = sum(isinstance(r, HistogramSpec) and r.partitions is None for r in context.releases)
+    every histogram or quantiles release over unknown partitions that one unit can touch."""
+    selections = sum(isinstance(r, (HistogramSpec, QuantilesSpec)) and r.partitions is None for r in context.releases)
     return SELECTION_DELTA_SHARE * context.delta / (selections * context.windows)
+
+
+def threshold_sigma(event: GaussianThreshold, bounds: ContributionBounds) -> float:
+    """The sigma Gaussian thresholding runs with for a calibrated selection event: enlarged for the grid over the
+    L0 sums one unit changes (`grid_noise`)."""
+    return grid_noise(event.sigma, event.sensitivity, bounds.quantum, bounds.max_partitions, norm=2)[0]
 
 
 def draft(spec: HistogramSpec, context: PlanningContext) -> Draft[HistogramPlan]:
@@ -268,7 +275,7 @@ def draft(spec: HistogramSpec, context: PlanningContext) -> Draft[HistogramPlan]
                             f"max_value: every record worth the same), got min_value={bounds.min_value!r}, "
                             f"max_value={bounds.max_value!r}")
     delta = selection_delta(context)
-    entry = _SelectionRelease(spec.name, "gaussian", spec.weight, bounds.l2, windows, selection_delta=delta,
+    entry = SelectionRelease(spec.name, "gaussian", spec.weight, bounds.l2, windows, selection_delta=delta,
                               truncated=spec.selection == Selection.TRUNCATED)
     return Draft((entry,), (), lambda calibrated: _unknown(spec, context, calibrated[spec.name].event, delta))
 
@@ -364,7 +371,7 @@ def _unknown(spec: HistogramSpec, context: PlanningContext, event: Event, delta:
         return HistogramPlan(*common, units, bounds.linf, bounds.max_partitions, event, delta,
                              _value_range(spec, bounds), extra_noise=extra, unit_value=bounds.quantised_range[0])
     if isinstance(event, GaussianThreshold):
-        sigma, _ = grid_noise(event.sigma, event.sensitivity, bounds.quantum, bounds.max_partitions, norm=2)
+        sigma = threshold_sigma(event, bounds)
     elif isinstance(event, ZCDP):
         sigma = bounds.linf * math.sqrt(bounds.max_partitions / (2.0 * event.rho))
         sigma, _ = grid_noise(sigma, bounds.linf, bounds.quantum, changed=1, norm=1, bound=rounded_sensitivity)

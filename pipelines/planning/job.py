@@ -3,7 +3,7 @@
 `plan_job` turns the job's releases, contribution bounds and public window range into one
 `dpstream.accounting.calibrate` problem, so a single scalar sets the noise of every release and the
 accountant's tightest valid epsilon over the whole job (all releases, all windows) is at most the target.
-Each release kind has its own planner module (`histogram`, `topk`, `peak`, `svt`), which states what the
+Each release kind has its own planner module (`histogram`, `topk`, `peak`, `svt`, `quantiles`), which states what the
 release costs; `PLANNERS` maps a spec class to its planner. The transforms then receive plain numbers from the
 returned `JobPlan`; they never compute an epsilon.
 
@@ -36,28 +36,31 @@ from dpstream.pipelines.config.specs import (
     ContributionBounds,
     HistogramSpec,
     PeakSpec,
+    QuantilesSpec,
     ReleaseSpec,
     SpecError,
     SvtSpec,
     TopKSpec,
     WindowSpec,
 )
-from dpstream.pipelines.planning import histogram, peak, svt, topk
+from dpstream.pipelines.planning import histogram, peak, quantiles, svt, topk
 from dpstream.pipelines.planning.context import Draft, PlanningContext
 from dpstream.pipelines.planning.errors import PlanningError
 from dpstream.pipelines.planning.histogram import HistogramPlan
 from dpstream.pipelines.planning.peak import PeakPlan
+from dpstream.pipelines.planning.quantiles import QuantilesPlan
 from dpstream.pipelines.planning.svt import SvtPlan
 from dpstream.pipelines.planning.topk import TopKPlan
 from dpstream.pipelines.planning.windows import WindowCap, composed_windows, unit_runs, window_cap
 
-ReleasePlan = Union[HistogramPlan, TopKPlan, PeakPlan, SvtPlan]
+ReleasePlan = Union[HistogramPlan, TopKPlan, PeakPlan, SvtPlan, QuantilesPlan]
 
 PLANNERS: dict[type, Callable[[Any, PlanningContext], Draft[ReleasePlan]]] = {
     HistogramSpec: histogram.draft,
     TopKSpec: topk.draft,
     PeakSpec: peak.draft,
     SvtSpec: svt.draft,
+    QuantilesSpec: quantiles.draft,
 }
 """The planner of each release spec class: spec, context -> its draft (`context.Draft`)."""
 

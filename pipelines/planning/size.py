@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from dpstream.pipelines.planning.histogram import HistogramPlan
 from dpstream.pipelines.planning.job import JobPlan, ReleasePlan
 from dpstream.pipelines.planning.peak import PeakPlan
+from dpstream.pipelines.planning.quantiles import QuantilesPlan
 from dpstream.pipelines.planning.topk import TopKPlan
 
 BASE_BYTES = 480 * 2**20
@@ -65,6 +66,8 @@ def _rows(release: ReleasePlan, windows: int) -> int | None:
         return windows * release.spec.k
     if isinstance(release, PeakPlan):
         return len(release.period_sizes)
+    if isinstance(release, QuantilesPlan):
+        return None if release.selects else windows * len(release.spec.partitions or ()) * len(release.spec.quantiles)
     return windows  # svt: one row per window
 
 

@@ -8,6 +8,8 @@ For each release, in the units of its outputs:
   ln(9) Delta / epsilon (a pick with logits epsilon score / Delta, Dong–Durfee–Rogers);
 - peak: the noise on window totals (sigma times the maximum) and the lead over a rival window that is picked
   90% of the time, z_0.9 sqrt(2) sigma maximum (two windows, Gaussian report-noisy-max);
+- quantiles: per quantile q, the rank error (in records) a draw stays within 90% of the time beyond the best
+  grid point's, range_q (ln(G + 1) + ln 10) / epsilon (`QuantilesPlan.rank_error`);
 - svt: the threshold and the query noise in window totals (for the share metric, as a share), and the smallest
   sigma_threshold the monitor's budget admits (bisection on the monitor's own admission rule, to 0.1%).
 `dpstream validate` prints these under each release.
@@ -25,6 +27,7 @@ from dpstream.pipelines.planning import svt
 from dpstream.pipelines.planning.histogram import HistogramPlan
 from dpstream.pipelines.planning.job import ReleasePlan
 from dpstream.pipelines.planning.peak import PeakPlan
+from dpstream.pipelines.planning.quantiles import QuantilesPlan
 from dpstream.pipelines.planning.svt import SvtPlan
 from dpstream.pipelines.planning.topk import TopKPlan
 
@@ -37,6 +40,9 @@ def expected_utility(plan: ReleasePlan, bounds: ContributionBounds) -> str:
         return _histogram(plan, bounds)
     if isinstance(plan, TopKPlan):
         return f"two partitions whose totals differ by {topk_margin(plan):.4g} are ranked right 90% of the time"
+    if isinstance(plan, QuantilesPlan):
+        return "; ".join(f"quantile {q:g}: rank off by at most {plan.rank_error(q):.4g} records 90% of the time (beyond "
+                         f"the grid step {plan.step:.4g})" for q in plan.spec.quantiles)
     if isinstance(plan, PeakPlan):
         text = f"noise on each window total: standard deviation {plan.sigma * plan.spec.maximum:.4g}; "
         if peak_margin(plan) > plan.spec.maximum:  # totals are clipped to [0, maximum]: no lead is that large

@@ -388,4 +388,28 @@ def _draw_svt(axis, release, table: pa.Table, context: RunContext) -> None:
     axis.grid(alpha=0.3, axis="x")
 
 
-_DRAWERS = {"histogram": _draw_histogram, "topk": _draw_topk, "peak": _draw_peak, "svt": _draw_svt}
+def _draw_quantiles(axis, release, table: pa.Table, context: RunContext) -> None:
+    """The three partitions released in the most windows: each quantile's released value over time."""
+    times = _times(table, "window_start")
+    partitions = np.asarray(table.column("partition").to_pylist(), dtype=object)
+    levels = table.column("quantile").to_numpy(zero_copy_only=False).astype(float)
+    values = table.column("value").to_numpy(zero_copy_only=False).astype(float)
+    names, counts = np.unique(partitions, return_counts=True)
+    styles = ("-", "--", ":", "-.")
+    for index in np.argsort(-counts, kind="stable")[:3]:
+        colour = None
+        for position, level in enumerate(release.spec.quantiles):
+            chosen = (partitions == names[index]) & (levels == level)
+            order = np.argsort(times[chosen])
+            line = axis.plot(times[chosen][order], values[chosen][order], styles[position % len(styles)], color=colour,
+                             linewidth=1.0, marker="o", markersize=2.5, label=f"{names[index]} q={level:g}")[0]
+            colour = line.get_color()
+    axis.set_title(f"{release.name}: released quantiles per window, three partitions released most often "
+                   f"(grid step {release.step:.4g})")
+    axis.set_ylabel("value")
+    axis.legend(loc="upper left", ncol=3, fontsize="small")
+    axis.grid(alpha=0.3)
+
+
+_DRAWERS = {"histogram": _draw_histogram, "topk": _draw_topk, "peak": _draw_peak, "svt": _draw_svt,
+            "quantiles": _draw_quantiles}

@@ -14,6 +14,7 @@ import pandas as pd
 
 from dpstream.pipelines.config.specs import ContributionBounds, WindowSpec
 from dpstream.pipelines.mechanisms.fixedpoint import group_sums
+from dpstream.pipelines.mechanisms.quantiles import ValueGrid
 from dpstream.pipelines.planning.windows import WindowCap
 from dpstream.pipelines.transforms.bounding import BoundContributions
 from dpstream.pipelines.transforms.windowing import PublicWindows, beam_windows
@@ -21,6 +22,10 @@ from dpstream.pipelines.transforms.windowing import PublicWindows, beam_windows
 
 def empty_sums() -> pd.Series:
     return pd.Series([], dtype="int64", index=pd.Index([], dtype=object))
+
+
+def empty_bucket_counts() -> pd.Series:
+    return pd.Series([], dtype="int64", index=pd.MultiIndex.from_arrays([[], []], names=["partition", "bucket"]))
 
 
 def empty_sums_and_units() -> pd.DataFrame:
@@ -97,17 +102,20 @@ class WindowedRelease(beam.PTransform):
         self._shards = shards
 
     def _window_sums(self, batches, partitions: tuple[str, ...] | None, bounds: ContributionBounds | None = None,
-                     units: bool = False, label: str = ""):
+                     units: bool = False, label: str = "", buckets: ValueGrid | None = None):
         """Record batches -> (window index, bounded per-partition sums) for every window of the public range.
 
         Contributions are bounded by `bounds` (default: the job's) to
         `partitions` (None: every partition seen), then summed per window;
-        with `units`, a DataFrame of sums and numbers of users (`BoundContributions`). `label` prefixes the
-        step names (a release that sums twice).
+        with `units`, a DataFrame of sums and numbers of users; with `buckets`, the kept records' counts per
+        (partition, value bucket) (`BoundContributions`). `label` prefixes the step names (a release that sums
+        twice).
         """
+        empty = empty_sums_and_units if units else empty_bucket_counts if buckets is not None else empty_sums
         return (
             batches
             | f"{label}Bound contributions" >> BoundContributions(self._bounds if bounds is None else bounds, self._window,
-                                                          partitions, self._seed, self._shards, units, self._cap)
-            | f"{label}Sum per window" >> PerWindowSums(self._window, empty_sums_and_units if units else empty_sums)
+                                                          partitions, self._seed, self._shards, units, self._cap,
+                                                          buckets)
+            | f"{label}Sum per window" >> PerWindowSums(self._window, empty)
         )

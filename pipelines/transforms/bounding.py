@@ -65,6 +65,7 @@ from dpstream.connectors.schema import EVENT_SCHEMA
 from dpstream.pipelines.config.specs import ContributionBounds, WindowSpec
 from dpstream.pipelines.mechanisms.fixedpoint import group_sums, to_units
 from dpstream.pipelines.mechanisms.noise import SecureRandom
+from dpstream.pipelines.mechanisms.quantiles import ValueGrid
 from dpstream.pipelines.planning.windows import WindowCap
 from dpstream.pipelines.transforms.windowing import (
     PublicWindows,
@@ -208,9 +209,10 @@ class _PreAggregate(beam.DoFn):
 
 
 def _kept_cells(frame: pd.DataFrame, index: int, bounds: ContributionBounds, keys: _Keys,
-                partition_keys: _Keys) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                partition_keys: _Keys, grid: ValueGrid | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """All pieces of one window (one user shard's or more) -> the kept cells (steps 2 and 3): (user, partition,
-    bounded sum in value units) per kept (user, partition)."""
+    bounded sum in value units) per kept (user, partition); with `grid` (records with values only), the kept
+    cells' records instead: (user, partition, value bucket) per kept record."""
     user_codes, users = pd.factorize(frame["user"].to_numpy())
     partition_codes, partitions = pd.factorize(frame["partition"].to_numpy())
     groups = user_codes.astype(np.int64) * len(partitions) + partition_codes
@@ -232,8 +234,16 @@ def _kept_cells(frame: pd.DataFrame, index: int, bounds: ContributionBounds, key
         partition_keys.strings(np.asarray(partitions))[partition_of], np.int64(index)))
     order, rank = _group_ranks(user_of, draws)
     chosen = order[rank < bounds.max_partitions]
+    if grid is not None:  # each chosen cell's sampled records (sample[starts[c]:starts[c + 1]])
+        cell_of = np.repeat(np.arange(distinct.size), np.diff(np.r_[starts, sample.size]))
+        picked = np.zeros(distinct.size, dtype=bool)
+        picked[chosen] = True
+        records = picked[cell_of]
+        chosen, values = cell_of[records], grid.bucket(frame["value"].to_numpy()[sample[records]] * bounds.quantum)
+    else:
+        values = sums[chosen]
     labels = np.asarray(partitions, dtype=object)[partition_of[chosen]]
-    return np.asarray(users, dtype=object)[user_of[chosen]], labels, sums[chosen]
+    return np.asarray(users, dtype=object)[user_of[chosen]], labels, values
 
 
 def _totals(labels: np.ndarray, sums: np.ndarray, units: bool):
@@ -243,13 +253,21 @@ def _totals(labels: np.ndarray, sums: np.ndarray, units: bool):
     return group_sums(pd.Series(sums, index=labels))
 
 
-class _BoundWindow(beam.DoFn):
-    """All pieces of one (window, shard) -> (window index, per-partition bounded sums as an int64 pandas Series)."""
+def bucket_counts(labels: np.ndarray, buckets: np.ndarray) -> pd.Series:
+    """Kept records (partition, value bucket) -> their int64 counts, indexed by (partition, bucket)."""
+    index = pd.MultiIndex.from_arrays([labels, buckets], names=["partition", "bucket"])
+    return group_sums(pd.Series(np.ones(labels.size, dtype=np.int64), index=index))
 
-    def __init__(self, bounds: ContributionBounds, seed, units: bool = False):
+
+class _BoundWindow(beam.DoFn):
+    """All pieces of one (window, shard) -> (window index, per-partition bounded sums as an int64 pandas Series;
+    with `grid`, the kept records' counts per (partition, value bucket))."""
+
+    def __init__(self, bounds: ContributionBounds, seed, units: bool = False, grid: ValueGrid | None = None):
         self._bounds = bounds
         self._seed = seed
         self._units = units
+        self._grid = grid
 
     def setup(self):
         self._keys = _Keys(self._seed, "records")
@@ -258,8 +276,8 @@ class _BoundWindow(beam.DoFn):
     def process(self, element):
         (index, _), pieces = element
         frame = pd.concat(list(pieces), ignore_index=True)
-        _, labels, sums = _kept_cells(frame, index, self._bounds, self._keys, self._partition_keys)
-        yield index, _totals(labels, sums, self._units)
+        _, labels, sums = _kept_cells(frame, index, self._bounds, self._keys, self._partition_keys, self._grid)
+        yield index, bucket_counts(labels, sums) if self._grid is not None else _totals(labels, sums, self._units)
 
 
 def unit_ids(users: np.ndarray, windows: np.ndarray, unit_of_window: tuple[int, ...]) -> np.ndarray:
@@ -481,14 +499,21 @@ class BoundContributions(beam.PTransform):
     the per-window outputs of the shards are summed by `aggregation.PerWindowSums`.
     `cap`: keep each unit's records in at most `cap.max_windows` windows and `cap.max_cells` (window,
     partition) cells (`planning.WindowCap`; bounded inputs only, grouped per shard over all windows).
+    `grid` (quantiles; not with `units` or `cap`, and values not all equal): output, per window, the kept
+    records' counts per (partition, value bucket of the grid) instead of sums (`bucket_counts`); the records
+    kept are the same.
     Privacy, proof and runtime: module docstring.
     """
 
     def __init__(self, bounds: ContributionBounds, window: WindowSpec, partitions: tuple[str, ...] | None = None,
-                 seed: int | None = None, shards: int = 1, units: bool = False, cap: WindowCap | None = None):
+                 seed: int | None = None, shards: int = 1, units: bool = False, cap: WindowCap | None = None,
+                 grid: ValueGrid | None = None):
         super().__init__()
         if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
             raise ValueError(f"BoundContributions: shards must be a positive integer, got {shards!r}")
+        if grid is not None and (units or cap is not None or bounds.counting):
+            raise ValueError("BoundContributions: value buckets need values (min_value < max_value), without units "
+                             "or a cap across windows")
         self._bounds = bounds
         self._window = window
         self._partitions = partitions
@@ -496,6 +521,7 @@ class BoundContributions(beam.PTransform):
         self._shards = shards
         self._units = units
         self._cap = cap
+        self._grid = grid
 
     def default_label(self) -> str:
         return f"BoundContributions(L0={self._bounds.max_partitions}, Linf={self._bounds.max_contributions})"
@@ -513,7 +539,7 @@ class BoundContributions(beam.PTransform):
             pieces
             | "Window" >> beam.WindowInto(beam_windows(self._window))
             | "Group per window" >> beam.GroupByKey()
-            | "Bound users" >> beam.ParDo(_BoundWindow(self._bounds, self._seed, self._units))
+            | "Bound users" >> beam.ParDo(_BoundWindow(self._bounds, self._seed, self._units, self._grid))
         )
 
     def _capped(self, batches, pieces):

@@ -12,14 +12,25 @@ from typing import Any, Mapping
 import apache_beam as beam
 
 from dpstream.pipelines.config.specs import ContributionBounds, ReleaseSpec, WindowSpec
-from dpstream.pipelines.planning import HistogramPlan, JobPlan, PeakPlan, ReleasePlan, SvtPlan, TopKPlan, WindowCap
+from dpstream.pipelines.planning import (
+    HistogramPlan,
+    JobPlan,
+    PeakPlan,
+    QuantilesPlan,
+    ReleasePlan,
+    SvtPlan,
+    TopKPlan,
+    WindowCap,
+)
 from dpstream.pipelines.transforms.aggregation import WindowedRelease
 from dpstream.pipelines.transforms.histogram import PrivateHistogram
 from dpstream.pipelines.transforms.peak import PeakWindow
+from dpstream.pipelines.transforms.quantiles import PrivateQuantiles
 from dpstream.pipelines.transforms.svt import STATE, SparseVectorAlerts
 from dpstream.pipelines.transforms.topk import PrivateTopK
 
-TRANSFORMS: dict[type, type[WindowedRelease]] = {HistogramPlan: PrivateHistogram, TopKPlan: PrivateTopK, PeakPlan: PeakWindow}
+TRANSFORMS: dict[type, type[WindowedRelease]] = {HistogramPlan: PrivateHistogram, TopKPlan: PrivateTopK, PeakPlan: PeakWindow,
+                                                 QuantilesPlan: PrivateQuantiles}
 """The transform of each plan type but svt (whose transform also takes the monitor's sealed state)."""
 
 

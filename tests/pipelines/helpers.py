@@ -8,7 +8,12 @@ import pandas as pd
 import pyarrow as pa
 
 from dpstream.connectors.schema import EVENT_SCHEMA, MICROS
-from dpstream.pipelines.transforms.aggregation import SumSeriesFn, empty_sums, empty_sums_and_units
+from dpstream.pipelines.transforms.aggregation import (
+    SumSeriesFn,
+    empty_bucket_counts,
+    empty_sums,
+    empty_sums_and_units,
+)
 from dpstream.pipelines.transforms.bounding import _BoundCapped, _BoundWindow, _kept_cells, _Keys, _PreAggregate
 
 START = 1356998400  # 2013-01-01T00:00:00Z
@@ -57,13 +62,14 @@ def bounded_cells(batches, bounds, window, partitions=None, seed=0) -> dict:
     return cells
 
 
-def bounded_sums(batches, bounds, window, partitions=None, seed=0, shards=1, units=False, cap=None) -> dict:
-    """Window index -> per-partition bounded sums (with `units`: sums and users), by the BoundContributions DoFns
-    without Beam (`cap`: a `WindowCap`, applied per user shard over every window as the capped path does)."""
+def bounded_sums(batches, bounds, window, partitions=None, seed=0, shards=1, units=False, cap=None, grid=None) -> dict:
+    """Window index -> per-partition bounded sums (with `units`: sums and users; with `grid`: record counts per
+    (partition, value bucket)), by the BoundContributions DoFns without Beam (`cap`: a `WindowCap`, applied per
+    user shard over every window as the capped path does)."""
     pieces = _pieces(batches, bounds, window, partitions, seed, shards)
     partial = defaultdict(list)
     if cap is None:
-        bound = _BoundWindow(bounds, seed, units)
+        bound = _BoundWindow(bounds, seed, units, grid)
         bound.setup()
         outputs = (out for key, frames in pieces.items() for out in bound.process((key, frames)))
     else:
@@ -75,5 +81,5 @@ def bounded_sums(batches, bounds, window, partitions=None, seed=0, shards=1, uni
         outputs = (out.value for shard, items in shards_pieces.items() for out in capped.process((shard, items)))
     for index, sums in outputs:
         partial[index].append(sums)
-    combine = SumSeriesFn(empty_sums_and_units if units else empty_sums)
+    combine = SumSeriesFn(empty_sums_and_units if units else empty_bucket_counts if grid is not None else empty_sums)
     return {index: combine.extract_output(parts) for index, parts in partial.items()}

@@ -59,7 +59,7 @@ def test_defaults_and_relative_paths(tmp_path):
     ("old", "new", "message"),
     [
         ("k = 1", "k = 0", "release.top_k.k must be a positive integer, got 0"),
-        ('kind = "topk"', 'kind = "median"', "release.top_k.kind must be one of histogram, topk, peak, svt, got 'median'"),
+        ('kind = "topk"', 'kind = "median"', "release.top_k.kind must be one of histogram, topk, peak, svt, quantiles, got 'median'"),
         ('size = "1d"', 'size = "1 fortnight"', "window.size must be a positive duration such as \"1d\", \"6h\", \"30m\" or seconds, or a calendar length such as "
          "\"1day\", \"1week\", \"1month\", \"1y\", got '1 fortnight'"),
         ("end = 2013-01-04", 'end = "2013-02-30"', "window.end must be an ISO 8601 date or date-time such as 2013-01-01, got '2013-02-30'"),
