@@ -347,13 +347,15 @@ class Selection(StrEnum):
 class Metric(StrEnum):
     """What a histogram counts per partition and window (`HistogramSpec.metric`): the bounded values' sum (the
     default; a count when min_value = max_value), the bounded records (each worth 1 whatever the value bounds),
-    the distinct privacy units (users), or the bounded values' mean (a noisy count and a noisy sum of the
-    values centred on the middle of [min_value, max_value], `centred_bounds`)."""
+    the distinct privacy units (users), the bounded values' mean (a noisy count and a noisy sum of the
+    values centred on the middle of [min_value, max_value], `centred_bounds`), or their variance (the mean's
+    noisy count and sum and a noisy sum of the centred values' squares, `squared_bounds`)."""
 
     SUM = "sum"
     COUNT = "count"
     USERS = "users"
     MEAN = "mean"
+    VARIANCE = "variance"
 
 
 def metric_bounds(metric: "Metric", bounds: "ContributionBounds") -> "ContributionBounds":
@@ -361,7 +363,7 @@ def metric_bounds(metric: "Metric", bounds: "ContributionBounds") -> "Contributi
     (every record worth 1) for count; counting bounds with max_contributions 1 for users, so that each kept
     (user, partition) adds exactly 1 and a partition's bounded sum is the number of users kept in it. The
     other bounds (max_partitions, max_windows, max_partitions_total) are the job's."""
-    if metric in (Metric.SUM, Metric.MEAN):  # a mean's count and centred sum: `centred_bounds`
+    if metric in (Metric.SUM, Metric.MEAN, Metric.VARIANCE):  # a mean's or variance's parts: `moment_bounds`
         return bounds
     contributions = 1 if metric == Metric.USERS else bounds.max_contributions
     return dataclasses.replace(bounds, max_contributions=contributions, min_value=1.0, max_value=1.0)
@@ -378,6 +380,26 @@ def centred_bounds(bounds: "ContributionBounds") -> "ContributionBounds":
     the other bounds unchanged; so one record moves the centred sum by at most about (max - min) / 2."""
     middle = value_middle(bounds)
     return dataclasses.replace(bounds, min_value=bounds.min_value - middle, max_value=bounds.max_value - middle)
+
+
+def square_middle(bounds: "ContributionBounds") -> float:
+    """Half the largest squared centred value, r^2 / 2 with r = max_value - middle: the centred values' squares
+    lie in [0, r^2] and are centred on it."""
+    return (bounds.max_value - value_middle(bounds)) ** 2 / 2
+
+
+def squared_bounds(bounds: "ContributionBounds") -> "ContributionBounds":
+    """The bounds of a variance's sum of squares: values (clip(v) - middle)^2 - r^2 / 2 in [-r^2 / 2, r^2 / 2]
+    (`square_middle`), the other bounds unchanged; one record moves that sum by at most r^2 / 2."""
+    half = square_middle(bounds)
+    return dataclasses.replace(bounds, min_value=-half, max_value=half)
+
+
+def moment_bounds(metric: "Metric", bounds: "ContributionBounds") -> tuple["ContributionBounds", ...]:
+    """The bounds of each part a mean (count, centred sum) or a variance (and the sum of squares) is computed
+    from, in that order."""
+    parts = (metric_bounds(Metric.COUNT, bounds), centred_bounds(bounds))
+    return parts + (squared_bounds(bounds),) if metric == Metric.VARIANCE else parts
 
 
 class SvtMetric(StrEnum):

@@ -29,8 +29,9 @@ from dpstream.pipelines.config.specs import (
     Noise,
     QuantilesSpec,
     Selection,
-    centred_bounds,
     metric_bounds,
+    moment_bounds,
+    square_middle,
     value_middle,
 )
 from dpstream.pipelines.mechanisms.noise import rounded_sensitivity
@@ -39,7 +40,8 @@ from dpstream.pipelines.planning.errors import PlanningError
 from dpstream.pipelines.planning.grid import grid_noise
 
 METRIC_TEXT = {Metric.SUM: "bounded values summed", Metric.COUNT: "bounded records counted",
-               Metric.USERS: "distinct privacy units counted", Metric.MEAN: "bounded values averaged"}
+               Metric.USERS: "distinct privacy units counted", Metric.MEAN: "bounded values averaged",
+               Metric.VARIANCE: "bounded values' variance"}
 """How a histogram's report names what it counts per partition and window (`specs.Metric`)."""
 SELECTION_MECHANISMS = {"gaussian": "gaussian_threshold", "truncated": "truncated_gaussian", "distinct": "distinct_threshold"}
 """Job-file `selection` value -> mechanism for histograms over unknown partitions."""
@@ -122,8 +124,9 @@ class HistogramPlan:
     when the release asks for unclamped values. distinct_threshold only: noise is the sigma of the noisy
     number of distinct units, extra_noise that of the records beyond each unit's first (None when a unit
     adds one record), unit_value what one record adds. Laplace only: cells, how many per-cell events (`event`)
-    one unit's (window, partition) cells compose. mean only (mechanism "mean"): noise is the sigma of the noisy
-    count, extra_noise that of the noisy sum of values centred on `middle`; sensitivity is the count's L2.
+    one unit's (window, partition) cells compose. mean and variance (mechanisms "mean", "variance"): noise is the
+    sigma of the noisy count, extra_noise that of the noisy sum of values centred on `middle`, square_noise (variance)
+    that of the noisy sum of their squares minus r^2 / 2 (`specs.square_middle`); sensitivity is the count's L2.
     """
 
     spec: HistogramSpec
@@ -139,6 +142,7 @@ class HistogramPlan:
     unit_value: float | None = None
     cells: int | None = None
     middle: float | None = None
+    square_noise: float | None = None
 
     @property
     def name(self) -> str:
@@ -150,6 +154,10 @@ class HistogramPlan:
         either end of the range), which divided by the partition's record count approximates the mean's."""
         if self.mechanism == "mean":  # sqrt(sigma_sum^2 + (max - middle)^2 sigma_count^2)
             return math.hypot(self.extra_noise or 0.0, self.noise * (self.value_range[1] - (self.middle or 0.0)))
+        if self.mechanism == "variance":  # value_range [0, r^2]; linearised d(Q/N - (S/N)^2) at its worst
+            radius = math.sqrt(self.value_range[1])
+            return math.hypot(self.square_noise or 0.0, 2 * radius * (self.extra_noise or 0.0),
+                              2.5 * radius ** 2 * self.noise)
         if self.unit_value is not None:  # distinct_threshold: the value is unit_value * noisy units + noisy extra
             return math.hypot(self.unit_value * self.noise, self.extra_noise or 0.0)
         return _stddev(self.mechanism, self.noise)
@@ -173,13 +181,23 @@ class HistogramPlan:
 
     def describe(self) -> str:
         lower, upper = self.value_range
-        if (lower == -math.inf and upper == math.inf) or self.mechanism == "mean":
+        if (lower == -math.inf and upper == math.inf) or self.mechanism in MOMENTS:
             return self._describe_noise()
         interval = f"{'(' if lower == -math.inf else '['}{lower:g}, {upper:g}{')' if upper == math.inf else ']'}".replace("inf", "infinity")
         return (f"{self._describe_noise()} Released values are clamped to {interval}, the range a bounded sum can "
                 f"take: no value moves further from the truth, but totals over partitions come out high.")
 
     def _describe_noise(self) -> str:
+        if self.mechanism == "variance":
+            return (
+                f"{self._subject} over {len(self.listed)} public partitions, one release per window ({self.runs} "
+                f"windows composed per privacy unit): per partition a noisy count of the bounded records (discrete "
+                f"Gaussian, sigma={self.noise:.6g}), a noisy sum of their values minus {self.middle:g} "
+                f"(sigma={self.extra_noise:.6g}) and a noisy sum of those differences' squares minus "
+                f"{self.value_range[1] / 2:g} (sigma={self.square_noise:.6g}), released as the sum of squares' mean "
+                f"minus the squared mean, clamped to [0, {self.value_range[1]:g}]: a variance over n records is off "
+                f"by about {self.noise_stddev:.4g} / n or less (the three noises together are one Gaussian event, "
+                f"{self.event!r}).")
         if self.mechanism == "mean":
             lower, upper = self.value_range
             return (
@@ -263,8 +281,8 @@ def threshold_sigma(event: GaussianThreshold, bounds: ContributionBounds) -> flo
 def draft(spec: HistogramSpec, context: PlanningContext) -> Draft[HistogramPlan]:
     """The histogram's calibration entry (one per window a unit can touch) and how its plan is finished; planned
     under its metric's bounds (`specs.metric_bounds`), which its transform bounds the data with."""
-    if spec.metric == Metric.MEAN:
-        return _mean_draft(spec, context)
+    if spec.metric in MOMENTS:
+        return _moments_draft(spec, context)
     context = dataclasses.replace(context, bounds=metric_bounds(spec.metric, context.bounds))
     bounds, windows = context.bounds, context.windows
     if spec.partitions is not None:
@@ -280,35 +298,43 @@ def draft(spec: HistogramSpec, context: PlanningContext) -> Draft[HistogramPlan]
     return Draft((entry,), (), lambda calibrated: _unknown(spec, context, calibrated[spec.name].event, delta))
 
 
-def _mean_draft(spec: HistogramSpec, context: PlanningContext) -> Draft[HistogramPlan]:
-    """A mean: a noisy count (count bounds) and a noisy centred sum (`centred_bounds`) per public partition and
-    window, planned as one Gaussian event of L2 sqrt(2) x the count's: with sigma for the count and sigma x
-    (centred sum's L2 / count's L2), about (max - min) / 2 times sigma, for the sum, the two shifts divided by
-    their sigmas add up to exactly that (docs/proofs/pipelines.planning.histogram.mean.md)."""
-    bounds = context.bounds
+def _moments_draft(spec: HistogramSpec, context: PlanningContext) -> Draft[HistogramPlan]:
+    """A mean or a variance: k noisy parts per public partition and window (`specs.moment_bounds`: the count, the
+    centred sum, and for a variance the sum of centred squares), planned as one Gaussian event of L2 sqrt(k) x
+    the count's: with sigma for the count and sigma x (part's L2 / count's L2) for each other part (about
+    (max - min) / 2 times sigma for the sum, ((max - min) / 2)^2 / 2 times for the squares), the parts' shifts
+    divided by their sigmas add up to exactly that (docs/proofs/pipelines.planning.histogram.mean.md)."""
+    bounds, metric = context.bounds, spec.metric.value
     if spec.partitions is None or spec.noise != Noise.GAUSSIAN:
-        raise PlanningError(f"release {spec.name!r}: metric \"mean\" needs a public partitions list and Gaussian "
-                            f"noise for now (partitions not known in advance and Laplace noise are not supported)")
+        raise PlanningError(f"release {spec.name!r}: metric \"{metric}\" needs a public partitions list and "
+                            f"Gaussian noise for now (partitions not known in advance and Laplace noise are not "
+                            f"supported)")
     if bounds.counting:
-        raise PlanningError(f"release {spec.name!r}: metric \"mean\" needs min_value < max_value (every record is "
-                            f"worth {bounds.min_value!r} here, so the mean is known)")
-    counts = dataclasses.replace(context, bounds=metric_bounds(Metric.COUNT, bounds))
-    sums = dataclasses.replace(context, bounds=centred_bounds(bounds))
-    (count_l2, runs), (sum_l2, _) = _known_sensitivity(spec, counts), _known_sensitivity(spec, sums)
-    entry = Release(spec.name, "gaussian", spec.weight, math.sqrt(2.0) * count_l2, runs)
-    parts = ((counts, count_l2), (sums, sum_l2))
-    return Draft((entry,), (), lambda calibrated: _mean(spec, context, parts, calibrated[spec.name].event))
+        raise PlanningError(f"release {spec.name!r}: metric \"{metric}\" needs min_value < max_value (every record "
+                            f"is worth {bounds.min_value!r} here, so the {metric} is known)")
+    parts = tuple((part, *_known_sensitivity(spec, part)) for part in
+                  (dataclasses.replace(context, bounds=b) for b in moment_bounds(spec.metric, bounds)))
+    _, count_l2, runs = parts[0]
+    entry = Release(spec.name, "gaussian", spec.weight, math.sqrt(len(parts)) * count_l2, runs)
+    return Draft((entry,), (), lambda calibrated: _moments(spec, context, parts, calibrated[spec.name].event))
 
 
-def _mean(spec: HistogramSpec, context: PlanningContext, parts, event: Event) -> HistogramPlan:
-    """The mean's plan from its calibrated event; `parts`: (context, L2) of the count and of the centred sum."""
+MOMENTS = {Metric.MEAN: "mean", Metric.VARIANCE: "variance"}
+"""The histogram metrics computed from several noisy parts (`specs.moment_bounds`), by mechanism name."""
+
+
+def _moments(spec: HistogramSpec, context: PlanningContext, parts, event: Event) -> HistogramPlan:
+    """The mean's or variance's plan from its calibrated event; `parts`: (context, L2, runs) of each part."""
     if not isinstance(event, Gaussian):
         raise TypeError(f"histogram {spec.name!r} was calibrated to {event!r}, not Gaussian noise")
-    (counts, count_l2), _ = parts
-    sigmas = [_grid_sigma(part, event.sigma * l2 / count_l2, l2) for part, l2 in parts]
-    return HistogramPlan(spec, "mean", context.windows, sigmas[0], counts.bounds.l2, context.bounds.max_partitions,
-                         event, value_range=(context.bounds.min_value, context.bounds.max_value), extra_noise=sigmas[1],
-                         middle=value_middle(context.bounds))
+    (counts, count_l2, _), *_ = parts
+    sigmas = [_grid_sigma(part, event.sigma * l2 / count_l2, l2) for part, l2, _ in parts]
+    bounds = context.bounds
+    value_range = ((bounds.min_value, bounds.max_value) if spec.metric == Metric.MEAN
+                   else (0.0, 2 * square_middle(bounds)))
+    return HistogramPlan(spec, MOMENTS[spec.metric], context.windows, sigmas[0], counts.bounds.l2,
+                         bounds.max_partitions, event, value_range=value_range, extra_noise=sigmas[1],
+                         middle=value_middle(bounds), square_noise=sigmas[2] if len(sigmas) > 2 else None)
 
 
 def _grid_sigma(context: PlanningContext, sigma: float, sensitivity: float) -> float:

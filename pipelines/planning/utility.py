@@ -76,9 +76,10 @@ def smallest_sigma_threshold(plan: SvtPlan) -> float:
 
 
 def _histogram(plan: HistogramPlan, bounds: ContributionBounds) -> str:
-    if plan.mechanism == "mean":
-        return (f"a mean over n records: error about {plan.noise_stddev:.4g} / n or less (RMSE; for n well above the "
-                f"count's noise {plan.noise:.4g}), never outside [{plan.value_range[0]:g}, {plan.value_range[1]:g}]")
+    if plan.mechanism in ("mean", "variance"):
+        return (f"a {plan.mechanism} over n records: error about {plan.noise_stddev:.4g} / n or less (RMSE; for n well "
+                f"above the count's noise {plan.noise:.4g}), never outside [{plan.value_range[0]:g}, "
+                f"{plan.value_range[1]:g}]")
     text = (f"each value's error: RMSE {plan.noise_stddev:.4g} (unclamped), within +-{Z975 * plan.noise_stddev:.4g} "
             f"95% of the time")
     if plan.mechanism == "gaussian_threshold":

@@ -39,8 +39,9 @@ from dpstream.pipelines.config.specs import (
     ContributionBounds,
     Metric,
     WindowSpec,
-    centred_bounds,
     metric_bounds,
+    moment_bounds,
+    square_middle,
     value_middle,
 )
 from dpstream.pipelines.planning import HistogramPlan
@@ -81,36 +82,59 @@ def histogram_release(plan: HistogramPlan, sums, rng, quantum: float) -> tuple[l
     return partitions, release
 
 
+def moment_parts(plan: HistogramPlan, parts, rng, bounds: tuple[ContributionBounds, ...]) -> list[np.ndarray]:
+    """The noisy parts of a mean or a variance for one window, per listed partition: the noisy record count, the
+    noisy centred sum and (variance) the noisy sum of squares (`specs.moment_bounds`; pandas Series of int64
+    units of each part's quantum). Privacy: one Gaussian mechanism per part, whose shifts over their sigmas add up
+    to the planned event (`planning.histogram._moments_draft`)."""
+    sigmas = [sigma for sigma in (plan.noise, plan.extra_noise, plan.square_noise)[:len(parts)] if sigma is not None]
+    if len(sigmas) != len(parts) or plan.middle is None:
+        raise ValueError(f"histogram {plan.name!r} is not a {len(parts)}-part mean or variance plan")
+    partitions = list(plan.listed)
+    return [mechanisms.gaussian(part.reindex(partitions, fill_value=0).to_numpy(), sigma, rng, sensitivity=b.l2,
+                                max_partitions=plan.max_partitions, quantum=b.quantum).value
+            for part, sigma, b in zip(parts, sigmas, bounds)]
+
+
 def mean_release(plan: HistogramPlan, counts, sums, rng, centred: ContributionBounds) -> tuple[np.ndarray, np.ndarray]:
     """(means, approximate standard deviations) of one window, per listed partition, from its bounded record
-    counts and centred sums (pandas Series; sums in int64 units of `centred.quantum`): middle + noisy sum /
-    max(noisy count, 1), clamped to [min_value, max_value]. Privacy: two Gaussian mechanisms whose shifts over
-    their sigmas add up to the planned event (`planning.histogram._mean_draft`); the rest is post-processing."""
-    if plan.extra_noise is None or plan.middle is None:
-        raise ValueError(f"histogram {plan.name!r} is not a mean plan")
-    partitions, middle, sum_sigma = list(plan.listed), plan.middle, plan.extra_noise
-    count = mechanisms.gaussian(counts.reindex(partitions, fill_value=0).to_numpy(), plan.noise, rng,
-                                sensitivity=plan.sensitivity, max_partitions=plan.max_partitions)
-    total = mechanisms.gaussian(sums.reindex(partitions, fill_value=0).to_numpy(), sum_sigma, rng,
-                                sensitivity=centred.l2, max_partitions=plan.max_partitions, quantum=centred.quantum)
-    records = np.maximum(count.value, 1.0)
-    means = mechanisms.clamp_to_range(middle + total.value / records, *plan.value_range)
+    counts and centred sums: middle + noisy sum / max(noisy count, 1), clamped to [min_value, max_value].
+    Privacy: `moment_parts`; the rest is post-processing."""
+    count, total = moment_parts(plan, (counts, sums), rng, (metric_bounds(Metric.COUNT, centred), centred))
+    records, middle, sum_sigma = np.maximum(count, 1.0), plan.middle or 0.0, plan.extra_noise or 0.0
+    means = mechanisms.clamp_to_range(middle + total / records, *plan.value_range)
     return means, np.sqrt(sum_sigma ** 2 + ((means - middle) * plan.noise) ** 2) / records
 
 
-class _MeanMechanism(beam.DoFn):
-    def __init__(self, plan: HistogramPlan, window: WindowSpec, seed: int | None, centred: ContributionBounds):
+def variance_release(plan: HistogramPlan, parts, rng, bounds: tuple[ContributionBounds, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """(variances, approximate standard deviations) of one window, per listed partition, from its bounded record
+    counts, centred sums and sums of squares (`moment_parts`): Q / n + r^2 / 2 - (S / n)^2 with n = max(noisy
+    count, 1), clamped to [0, r^2] (r = max_value - middle). Privacy: `moment_parts`; the rest is
+    post-processing."""
+    count, total, squares = moment_parts(plan, parts, rng, bounds)
+    records = np.maximum(count, 1.0)
+    variances = mechanisms.clamp_to_range(squares / records + plan.value_range[1] / 2 - (total / records) ** 2,
+                                          *plan.value_range)
+    return variances, np.full(variances.size, plan.noise_stddev) / records
+
+
+class _MomentsMechanism(beam.DoFn):
+    def __init__(self, plan: HistogramPlan, window: WindowSpec, seed: int | None,
+                 bounds: tuple[ContributionBounds, ...]):
         self._plan = plan
         self._window = window
         self._seed = seed
-        self._centred = centred
+        self._bounds = bounds
 
     def process(self, element):
-        index, parts = element
-        by_kind = dict(parts)  # 0: record counts, 1: centred sums
-        means, stddevs = mean_release(self._plan, by_kind[0], by_kind[1],
-                                      release_rng(self._seed, self._plan.name, index), self._centred)
-        yield from _rows(self._plan, self._window, index, self._plan.listed, means, stddevs)
+        index, tagged = element
+        parts = [part for _, part in sorted(tagged, key=lambda item: item[0])]  # count, sum(, squares)
+        rng = release_rng(self._seed, self._plan.name, index)
+        if self._plan.mechanism == "mean":
+            values, stddevs = mean_release(self._plan, parts[0], parts[1], rng, self._bounds[1])
+        else:
+            values, stddevs = variance_release(self._plan, parts, rng, self._bounds)
+        yield from _rows(self._plan, self._window, index, self._plan.listed, values, stddevs)
 
 
 def _rows(plan: HistogramPlan, window: WindowSpec, index: int, partitions, values, stddevs):
@@ -124,6 +148,14 @@ def _rows(plan: HistogramPlan, window: WindowSpec, index: int, partitions, value
 def _centre(batch: pa.RecordBatch, middle: float) -> pa.RecordBatch:
     """The batch with `middle` subtracted from every value (EVENT_SCHEMA column 3)."""
     return batch.set_column(3, batch.schema.field(3), pc.subtract(batch.column(3), pa.scalar(middle)))
+
+
+def _square(batch: pa.RecordBatch, bounds: ContributionBounds) -> pa.RecordBatch:
+    """The batch with every value v replaced by (clip(v, min_value, max_value) - middle)^2 - r^2 / 2
+    (`specs.squared_bounds`)."""
+    clipped = np.clip(batch.column(3).to_numpy(zero_copy_only=False), bounds.min_value, bounds.max_value)
+    squares = (clipped - value_middle(bounds)) ** 2 - square_middle(bounds)
+    return batch.set_column(3, batch.schema.field(3), pa.array(squares, pa.float64()))
 
 
 class _HistogramMechanism(beam.DoFn):
@@ -157,24 +189,25 @@ class PrivateHistogram(WindowedRelease):
                 "sensitivity": self._plan.sensitivity, "windows": self._plan.runs}
 
     def expand(self, batches):
-        if self._plan.spec.metric == Metric.MEAN:
-            return self._mean(batches)
+        if self._plan.mechanism in ("mean", "variance"):
+            return self._moments(batches)
         bounds = metric_bounds(self._plan.spec.metric, self._bounds)
         sums = self._window_sums(batches, self._plan.spec.partitions, bounds, units=self._plan.counts_units)
         return sums | "Add noise" >> beam.ParDo(_HistogramMechanism(self._plan, self._window, self._seed,
                                                                     bounds.quantum))
 
-    def _mean(self, batches):
-        """A mean: the records' counts (count bounds) and the sums of their centred values (`centred_bounds`),
-        bounded separately, joined per window."""
-        partitions, centred = self._plan.spec.partitions, centred_bounds(self._bounds)
-        counts = self._window_sums(batches, partitions, metric_bounds(Metric.COUNT, self._bounds), label="Count: ")
-        shifted = batches | "Centre values" >> beam.Map(_centre, value_middle(self._bounds))
-        sums = self._window_sums(shifted, partitions, centred, label="Centred sum: ")
+    def _moments(self, batches):
+        """A mean or a variance: its parts (`specs.moment_bounds`: record counts, sums of centred values, sums of
+        squares), each bounded separately, joined per window."""
+        partitions, parts = self._plan.spec.partitions, moment_bounds(self._plan.spec.metric, self._bounds)
+        inputs = (batches, batches | "Centre values" >> beam.Map(_centre, value_middle(self._bounds)),
+                  batches | "Square values" >> beam.Map(_square, self._bounds))
+        sums = [self._window_sums(values, partitions, bounds, label=f"{name}: ")
+                | f"Tag {name}" >> beam.MapTuple(lambda index, part, k=k: (index, (k, part)))
+                for k, (name, values, bounds) in enumerate(zip(("Count", "Centred sum", "Squares"), inputs, parts))]
         return (
-            (counts | "Tag counts" >> beam.MapTuple(lambda index, part: (index, (0, part))),
-             sums | "Tag sums" >> beam.MapTuple(lambda index, part: (index, (1, part))))
-            | "Both" >> beam.Flatten()
+            tuple(sums)
+            | "Parts" >> beam.Flatten()
             | "Per window" >> beam.GroupByKey()
-            | "Add noise" >> beam.ParDo(_MeanMechanism(self._plan, self._window, self._seed, centred))
+            | "Add noise" >> beam.ParDo(_MomentsMechanism(self._plan, self._window, self._seed, parts))
         )
