@@ -40,7 +40,8 @@ PUBSUB = ["google-cloud-pubsub>=2.18"]  # streaming jobs from Pub/Sub (connector
 
 EXTRAS = {
     # Tests, and the linters `make test` runs first (ruff, and mypy through build/typecheck: see the Makefile).
-    "dev": ["pytest>=8", "hypothesis>=6", "pytest-timeout>=2.2", "ruff>=0.6", "mypy>=1.11", *PUBSUB],
+    "dev": ["pytest>=8", "hypothesis>=6", "pytest-timeout>=2.2", "pytest-xdist>=3", "ruff>=0.6", "mypy>=1.11",
+            *PUBSUB],
     "pubsub": PUBSUB,
     # Dataflow: gs:// paths through Beam's FileSystems, the Dataflow runner, Pub/Sub.
     "gcp": ["apache-beam[gcp]>=2.60"],

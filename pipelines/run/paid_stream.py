@@ -152,15 +152,22 @@ def run_stream(job: Job, job_budget: Budget, grid: PeriodGrid, options: Pipeline
     except BaseException:
         job_budget.end_stream(ticket, finished=False, reason="interrupted")
         raise
-    pending = {name: count for name, indices in remaining.items()
-               if (count := len(set(indices) - seen.released[name]))}
+    pending = _pending(remaining, seen.released)
     job_budget.end_stream(ticket, finished=not pending, reason="stopped at max_seconds" if pending else None)
+    # a bundle still running after the cancel can still write a window it paid for before the stream ended (later
+    # debits are refused): count the windows again now that no more can be paid
+    pending = _pending(remaining, {name: streaming_io.released(directory) for name, directory in parts.items()})
     try:
         content = stream_report.write(timings, started)
     except OSError as err:
         raise RunError(f"cannot write the report into {output_dir}: {err.strerror or err}; the windows written "
                        f"stay published") from err
     return StreamOutcome(content, stream_report.files, pending)
+
+
+def _pending(remaining: dict[str, tuple[int, ...]], released: dict[str, set[int]]) -> dict[str, int]:
+    """Release name -> how many of this session's windows are neither published nor refused (releases with some)."""
+    return {name: count for name, indices in remaining.items() if (count := len(set(indices) - released[name]))}
 
 
 def _payment_lease(job: Job, lease_seconds: float) -> float:

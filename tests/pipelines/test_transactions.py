@@ -145,7 +145,8 @@ def _kill_at(tmp_path, point: str, url: str, job_file: str, out: str, sig: int =
     module, _, name = point.partition(":")
     owner, _, attribute = name.rpartition(".")
     script = (
-        "import importlib, pathlib, sys, time\n"
+        "import importlib, pathlib, signal, sys, time\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)  # as at a terminal, whatever the parent ignores\n"
         "from dpstream.pipelines.cli.main import main, quiet_libraries\n"
         "quiet_libraries(False)  # as main does, before the patched module imports Beam\n"
         f"module = importlib.import_module({module!r})\n"
