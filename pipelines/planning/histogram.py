@@ -19,8 +19,9 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from typing import Mapping
 
-from dpstream.accounting.calibrate import Release
+from dpstream.accounting.calibrate import CalibratedRelease, Release
 from dpstream.accounting.events import ZCDP, Event, Gaussian, GaussianThreshold, Laplace
 from dpstream.pipelines.config.specs import (
     ContributionBounds,
@@ -78,6 +79,43 @@ class SelectionRelease(Release):
             return ZCDP(rho=rho_share / self.count, delta=self.selection_delta)
         return GaussianThreshold(sigma=self.sensitivity / math.sqrt(2.0 * rho_share / self.count),
                                  sensitivity=self.sensitivity, delta=self.selection_delta)
+
+
+@dataclass(frozen=True)
+class UserSelection:
+    """How a release over unknown partitions whose values are not thresholded sums (quantiles, means, variances)
+    selects its partitions: Gaussian thresholding of each partition's number of distinct users (bounded under
+    `metric_bounds(users)`), with discrete Gaussian noise `sigma`; a unit's own partitions show with probability at
+    most `delta`; `event`: the selection's event per window (`transforms.selection.selected_by_users`)."""
+
+    sigma: float
+    delta: float
+    event: GaussianThreshold
+
+    @staticmethod
+    def name(release: str) -> str:
+        """The calibration entry's name of a release's selection."""
+        return f"{release}.selection"
+
+    @classmethod
+    def entry(cls, release: str, weight: float, context: PlanningContext) -> "SelectionRelease":
+        """The selection's calibration entry: one GaussianThreshold per window a unit reaches, L2 sqrt(L0)."""
+        users = metric_bounds(Metric.USERS, context.bounds)
+        return SelectionRelease(cls.name(release), "gaussian", weight, users.l2, context.windows,
+                                selection_delta=selection_delta(context))
+
+    @classmethod
+    def calibrated(cls, release: str, calibrated: Mapping[str, CalibratedRelease],
+                   bounds: ContributionBounds) -> "UserSelection":
+        event = calibrated[cls.name(release)].event
+        if not isinstance(event, GaussianThreshold):
+            raise TypeError(f"the selection of {release!r} was calibrated to {event!r}, not a selection event")
+        return cls(threshold_sigma(event, metric_bounds(Metric.USERS, bounds)), event.delta, event)
+
+    def describe(self) -> str:
+        return (f" A partition appears only if its noisy number of distinct privacy units (discrete Gaussian, "
+                f"sigma={self.sigma:.6g}) clears a cutoff set so that one privacy unit's own partitions show with "
+                f"probability at most {self.delta:.3g} (per window {self.event!r}).")
 
 
 def distinct_sigmas(event: GaussianThreshold, bounds: ContributionBounds) -> tuple[float, float | None]:
@@ -143,6 +181,7 @@ class HistogramPlan:
     cells: int | None = None
     middle: float | None = None
     square_noise: float | None = None
+    user_selection: UserSelection | None = None
 
     @property
     def name(self) -> str:
@@ -176,8 +215,9 @@ class HistogramPlan:
 
     @property
     def selects(self) -> bool:
-        """True for unknown partitions: the mechanism chooses which partitions appear."""
-        return self.mechanism in SELECTION_MECHANISMS.values()
+        """True for unknown partitions: the mechanism (or, for a mean or a variance, `user_selection`) chooses
+        which partitions appear."""
+        return self.spec.partitions is None
 
     def describe(self) -> str:
         lower, upper = self.value_range
@@ -190,24 +230,24 @@ class HistogramPlan:
     def _describe_noise(self) -> str:
         if self.mechanism == "variance":
             return (
-                f"{self._subject} over {len(self.listed)} public partitions, one release per window ({self.runs} "
+                f"{self._subject} over {self._where}, one release per window ({self.runs} "
                 f"windows composed per privacy unit): per partition a noisy count of the bounded records (discrete "
                 f"Gaussian, sigma={self.noise:.6g}), a noisy sum of their values minus {self.middle:g} "
                 f"(sigma={self.extra_noise:.6g}) and a noisy sum of those differences' squares minus "
                 f"{self.value_range[1] / 2:g} (sigma={self.square_noise:.6g}), released as the sum of squares' mean "
                 f"minus the squared mean, clamped to [0, {self.value_range[1]:g}]: a variance over n records is off "
                 f"by about {self.noise_stddev:.4g} / n or less (the three noises together are one Gaussian event, "
-                f"{self.event!r}).")
+                f"{self.event!r}).{self._selected}")
         if self.mechanism == "mean":
             lower, upper = self.value_range
             return (
-                f"{self._subject} over {len(self.listed)} public "
-                f"partitions, one release per window ({self.runs} windows composed per privacy unit): per partition a "
+                f"{self._subject} over {self._where}, one release per window ({self.runs} windows composed per privacy "
+                f"unit): per partition a "
                 f"noisy count of the bounded records (discrete Gaussian, sigma={self.noise:.6g}) and a noisy sum of "
                 f"their values minus {self.middle:g} (sigma={self.extra_noise:.6g}), released as {self.middle:g} + "
                 f"sum / max(count, 1) clamped to [{lower:g}, {upper:g}]: a mean over n records is off by about "
                 f"{self.noise_stddev:.4g} / n or less (both noises together are one Gaussian event, "
-                f"{self.event!r})."
+                f"{self.event!r}).{self._selected}"
             )
         if self.mechanism == "distinct_threshold":
             extra = ("" if self.extra_noise is None else
@@ -251,6 +291,14 @@ class HistogramPlan:
             f"L2 sensitivity {self.sensitivity:.6g} of one user's bounded contributions ({self._event_scope} "
             f"{self.event!r})."
         )
+
+    @property
+    def _where(self) -> str:
+        return "partitions not known in advance" if self.selects else f"{len(self.listed)} public partitions"
+
+    @property
+    def _selected(self) -> str:
+        return self.user_selection.describe() if self.user_selection is not None else ""
 
     @property
     def _subject(self) -> str:
@@ -305,26 +353,33 @@ def _moments_draft(spec: HistogramSpec, context: PlanningContext) -> Draft[Histo
     (max - min) / 2 times sigma for the sum, ((max - min) / 2)^2 / 2 times for the squares), the parts' shifts
     divided by their sigmas add up to exactly that (docs/proofs/pipelines.planning.histogram.mean.md)."""
     bounds, metric = context.bounds, spec.metric.value
-    if spec.partitions is None or spec.noise != Noise.GAUSSIAN:
-        raise PlanningError(f"release {spec.name!r}: metric \"{metric}\" needs a public partitions list and "
-                            f"Gaussian noise for now (partitions not known in advance and Laplace noise are not "
-                            f"supported)")
+    if spec.noise != Noise.GAUSSIAN:
+        raise PlanningError(f"release {spec.name!r}: metric \"{metric}\" needs Gaussian noise for now (Laplace noise "
+                            f"is not supported)")
+    if spec.partitions is None and spec.selection != Selection.GAUSSIAN:
+        raise PlanningError(f"release {spec.name!r}: metric \"{metric}\" over unknown partitions selects them by "
+                            f"their noisy number of distinct users; selection = \"{spec.selection}\" does not apply")
     if bounds.counting:
         raise PlanningError(f"release {spec.name!r}: metric \"{metric}\" needs min_value < max_value (every record "
                             f"is worth {bounds.min_value!r} here, so the {metric} is known)")
     parts = tuple((part, *_known_sensitivity(spec, part)) for part in
                   (dataclasses.replace(context, bounds=b) for b in moment_bounds(spec.metric, bounds)))
     _, count_l2, runs = parts[0]
-    entry = Release(spec.name, "gaussian", spec.weight, math.sqrt(len(parts)) * count_l2, runs)
-    return Draft((entry,), (), lambda calibrated: _moments(spec, context, parts, calibrated[spec.name].event))
+    share = spec.weight / 2 if spec.partitions is None else spec.weight
+    entries: tuple[Release, ...] = (Release(spec.name, "gaussian", share, math.sqrt(len(parts)) * count_l2, runs),)
+    if spec.partitions is None:  # selected by distinct users: docs/proofs/pipelines.planning.histogram.mean.md
+        entries += (UserSelection.entry(spec.name, share, context),)
+    return Draft(entries, (), lambda calibrated: _moments(spec, context, parts, calibrated))
 
 
 MOMENTS = {Metric.MEAN: "mean", Metric.VARIANCE: "variance"}
 """The histogram metrics computed from several noisy parts (`specs.moment_bounds`), by mechanism name."""
 
 
-def _moments(spec: HistogramSpec, context: PlanningContext, parts, event: Event) -> HistogramPlan:
-    """The mean's or variance's plan from its calibrated event; `parts`: (context, L2, runs) of each part."""
+def _moments(spec: HistogramSpec, context: PlanningContext, parts,
+             calibrated: Mapping[str, CalibratedRelease]) -> HistogramPlan:
+    """The mean's or variance's plan from its calibrated entries; `parts`: (context, L2, runs) of each part."""
+    event = calibrated[spec.name].event
     if not isinstance(event, Gaussian):
         raise TypeError(f"histogram {spec.name!r} was calibrated to {event!r}, not Gaussian noise")
     (counts, count_l2, _), *_ = parts
@@ -334,7 +389,9 @@ def _moments(spec: HistogramSpec, context: PlanningContext, parts, event: Event)
                    else (0.0, 2 * square_middle(bounds)))
     return HistogramPlan(spec, MOMENTS[spec.metric], context.windows, sigmas[0], counts.bounds.l2,
                          bounds.max_partitions, event, value_range=value_range, extra_noise=sigmas[1],
-                         middle=value_middle(bounds), square_noise=sigmas[2] if len(sigmas) > 2 else None)
+                         middle=value_middle(bounds), square_noise=sigmas[2] if len(sigmas) > 2 else None,
+                         user_selection=None if spec.partitions is not None else UserSelection.calibrated(
+                             spec.name, calibrated, bounds))
 
 
 def _grid_sigma(context: PlanningContext, sigma: float, sensitivity: float) -> float:

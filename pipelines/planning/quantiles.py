@@ -4,8 +4,7 @@ exponential mechanism on a public grid of [min_value, max_value] (`mechanisms.ex
 What it costs: one `BoundedRange(epsilon)` draw per (window, partition, quantile) a unit can change, i.e.
 windows x min(L0, partitions) x len(quantiles) draws, composed by the accountant's bounded-range bounds
 (Dong–Durfee–Rogers). Over unknown partitions, partitions are first selected by Gaussian thresholding of their
-noisy number of distinct units (Gaussian thresholding of the users metric, priced as
-`histogram.SelectionRelease`), and only selected
+noisy number of distinct units (`histogram.UserSelection`), and only selected
 partitions get quantiles.
 
 Why the exponential mechanism rather than a quantile tree (Google's, PipelineDP's PERCENTILE): a tree spends its
@@ -23,12 +22,12 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from dpstream.accounting.calibrate import CalibratedRelease, Release
-from dpstream.accounting.events import BoundedRange, Event, GaussianThreshold, SelfComposed
-from dpstream.pipelines.config.specs import Metric, QuantilesSpec, metric_bounds
+from dpstream.accounting.events import BoundedRange, Event, SelfComposed
+from dpstream.pipelines.config.specs import QuantilesSpec
 from dpstream.pipelines.mechanisms.quantiles import quantile_score_range
 from dpstream.pipelines.planning.context import Draft, PlanningContext
 from dpstream.pipelines.planning.errors import PlanningError
-from dpstream.pipelines.planning.histogram import SelectionRelease, selection_delta, threshold_sigma
+from dpstream.pipelines.planning.histogram import UserSelection
 from dpstream.pipelines.planning.windows import window_cap
 
 
@@ -39,9 +38,8 @@ class QuantilesPlan:
 
     epsilon: of each draw (bounded range); max_contributions: records one unit adds to a partition, which sets
     each quantile's score range (`quantile_score_range`); event: one window's draws, SelfComposed(
-    BoundedRange(epsilon), changed partitions x quantiles). Unknown partitions: selection_noise is the sigma of
-    the noisy number of distinct units, selection_delta the probability bound of a unit's own partitions showing,
-    selection_event the selection's event per window.
+    BoundedRange(epsilon), changed partitions x quantiles). selection: how unknown partitions are selected (None
+    over public partitions).
     """
 
     spec: QuantilesSpec
@@ -51,9 +49,7 @@ class QuantilesPlan:
     max_partitions: int
     value_range: tuple[float, float]
     event: Event
-    selection_noise: float | None = None
-    selection_delta: float | None = None
-    selection_event: Event | None = None
+    selection: UserSelection | None = None
 
     @property
     def name(self) -> str:
@@ -87,11 +83,7 @@ class QuantilesPlan:
                 f"exponential mechanism on the records' rank (epsilon={self.epsilon:.6g} bounded-range per draw, score "
                 f"range 2 x {self.max_contributions} x max(q, 1 - q) records); the quantiles of a partition are "
                 f"released in order (per window {self.event!r}).")
-        if self.selects:
-            text += (f" A partition appears only if its noisy number of distinct privacy units (discrete Gaussian, "
-                     f"sigma={self.selection_noise:.6g}) clears a cutoff set so that one privacy unit's own partitions "
-                     f"show with probability at most {self.selection_delta:.3g} (per window {self.selection_event!r}).")
-        return text
+        return text + (self.selection.describe() if self.selection is not None else "")
 
 
 def draft(spec: QuantilesSpec, context: PlanningContext) -> Draft[QuantilesPlan]:
@@ -101,17 +93,11 @@ def draft(spec: QuantilesSpec, context: PlanningContext) -> Draft[QuantilesPlan]
     _check_bounds(spec, context)
     changed = bounds.max_partitions if spec.partitions is None else min(bounds.max_partitions, len(spec.partitions))
     widest = max(quantile_score_range(q, bounds.max_contributions) for q in spec.quantiles)
+    share = spec.weight / 2 if spec.partitions is None else spec.weight
+    entries: tuple[Release, ...] = (
+        Release(spec.name, "exponential", share, widest, context.windows * changed * len(spec.quantiles)),)
     if spec.partitions is None:
-        share = spec.weight / 2
-        users = metric_bounds(Metric.USERS, bounds)
-        entries: tuple[Release, ...] = (
-            Release(spec.name, "exponential", share, widest, context.windows * changed * len(spec.quantiles)),
-            SelectionRelease(_selection_name(spec), "gaussian", share, users.l2, context.windows,
-                             selection_delta=selection_delta(context)),
-        )
-    else:
-        entries = (Release(spec.name, "exponential", spec.weight, widest,
-                           context.windows * changed * len(spec.quantiles)),)
+        entries += (UserSelection.entry(spec.name, share, context),)
     return Draft(entries, (), lambda calibrated: _plan(spec, context, changed, calibrated))
 
 
@@ -126,10 +112,6 @@ def _check_bounds(spec: QuantilesSpec, context: PlanningContext) -> None:
                             f"to a job of their own")
 
 
-def _selection_name(spec: QuantilesSpec) -> str:
-    return f"{spec.name}.selection"
-
-
 def _plan(spec: QuantilesSpec, context: PlanningContext, changed: int,
           calibrated: Mapping[str, CalibratedRelease]) -> QuantilesPlan:
     bounds = context.bounds
@@ -139,10 +121,5 @@ def _plan(spec: QuantilesSpec, context: PlanningContext, changed: int,
     plan = QuantilesPlan(spec, context.windows, draw.epsilon, bounds.max_contributions, changed,
                          (bounds.min_value, bounds.max_value), SelfComposed(draw, changed * len(spec.quantiles)))
     if spec.partitions is None:
-        selection = calibrated[_selection_name(spec)].event
-        if not isinstance(selection, GaussianThreshold):
-            raise TypeError(f"quantiles {spec.name!r} selection was calibrated to {selection!r}, not a selection event")
-        sigma = threshold_sigma(selection, metric_bounds(Metric.USERS, bounds))
-        return dataclasses.replace(plan, selection_noise=sigma, selection_delta=selection.delta,
-                                   selection_event=selection)
+        return dataclasses.replace(plan, selection=UserSelection.calibrated(spec.name, calibrated, bounds))
     return plan

@@ -12,7 +12,7 @@ from __future__ import annotations
 import apache_beam as beam
 import pandas as pd
 
-from dpstream.pipelines.config.specs import ContributionBounds, WindowSpec
+from dpstream.pipelines.config.specs import ContributionBounds, Metric, WindowSpec, metric_bounds
 from dpstream.pipelines.mechanisms.fixedpoint import group_sums
 from dpstream.pipelines.mechanisms.quantiles import ValueGrid
 from dpstream.pipelines.planning.windows import WindowCap
@@ -119,3 +119,8 @@ class WindowedRelease(beam.PTransform):
                                                           buckets)
             | f"{label}Sum per window" >> PerWindowSums(self._window, empty)
         )
+
+    def _window_users(self, batches):
+        """Record batches -> (window index, distinct users kept per partition) for every window: the input of a
+        selection over unknown partitions (`selection.selected_by_users`), bounded under `metric_bounds(users)`."""
+        return self._window_sums(batches, None, metric_bounds(Metric.USERS, self._bounds), label="Users: ")

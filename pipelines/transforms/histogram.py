@@ -46,6 +46,7 @@ from dpstream.pipelines.config.specs import (
 )
 from dpstream.pipelines.planning import HistogramPlan
 from dpstream.pipelines.transforms.aggregation import WindowedRelease
+from dpstream.pipelines.transforms.selection import selected_by_users
 from dpstream.pipelines.transforms.windowing import release_rng, window_bounds_iso
 
 
@@ -82,36 +83,41 @@ def histogram_release(plan: HistogramPlan, sums, rng, quantum: float) -> tuple[l
     return partitions, release
 
 
-def moment_parts(plan: HistogramPlan, parts, rng, bounds: tuple[ContributionBounds, ...]) -> list[np.ndarray]:
-    """The noisy parts of a mean or a variance for one window, per listed partition: the noisy record count, the
-    noisy centred sum and (variance) the noisy sum of squares (`specs.moment_bounds`; pandas Series of int64
-    units of each part's quantum). Privacy: one Gaussian mechanism per part, whose shifts over their sigmas add up
-    to the planned event (`planning.histogram._moments_draft`)."""
+def moment_parts(plan: HistogramPlan, parts, rng, bounds: tuple[ContributionBounds, ...],
+                 partitions: list[str] | None = None) -> list[np.ndarray]:
+    """The noisy parts of a mean or a variance for one window, per partition (`partitions`, default the listed
+    ones): the noisy record count, the noisy centred sum and (variance) the noisy sum of squares
+    (`specs.moment_bounds`; pandas Series of int64 units of each part's quantum; partitions without records count
+    0). Privacy: one Gaussian mechanism per part, whose shifts over their sigmas add up to the planned event
+    (`planning.histogram._moments_draft`); over unknown partitions, on the partitions the selection chose."""
     sigmas = [sigma for sigma in (plan.noise, plan.extra_noise, plan.square_noise)[:len(parts)] if sigma is not None]
     if len(sigmas) != len(parts) or plan.middle is None:
         raise ValueError(f"histogram {plan.name!r} is not a {len(parts)}-part mean or variance plan")
-    partitions = list(plan.listed)
+    partitions = list(plan.listed) if partitions is None else partitions
     return [mechanisms.gaussian(part.reindex(partitions, fill_value=0).to_numpy(), sigma, rng, sensitivity=b.l2,
                                 max_partitions=plan.max_partitions, quantum=b.quantum).value
             for part, sigma, b in zip(parts, sigmas, bounds)]
 
 
-def mean_release(plan: HistogramPlan, counts, sums, rng, centred: ContributionBounds) -> tuple[np.ndarray, np.ndarray]:
-    """(means, approximate standard deviations) of one window, per listed partition, from its bounded record
-    counts and centred sums: middle + noisy sum / max(noisy count, 1), clamped to [min_value, max_value].
+def mean_release(plan: HistogramPlan, counts, sums, rng, centred: ContributionBounds,
+                 partitions: list[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(means, approximate standard deviations) of one window, per partition (`moment_parts`), from its bounded
+    record counts and centred sums: middle + noisy sum / max(noisy count, 1), clamped to [min_value, max_value].
     Privacy: `moment_parts`; the rest is post-processing."""
-    count, total = moment_parts(plan, (counts, sums), rng, (metric_bounds(Metric.COUNT, centred), centred))
+    count, total = moment_parts(plan, (counts, sums), rng, (metric_bounds(Metric.COUNT, centred), centred),
+                                partitions)
     records, middle, sum_sigma = np.maximum(count, 1.0), plan.middle or 0.0, plan.extra_noise or 0.0
     means = mechanisms.clamp_to_range(middle + total / records, *plan.value_range)
     return means, np.sqrt(sum_sigma ** 2 + ((means - middle) * plan.noise) ** 2) / records
 
 
-def variance_release(plan: HistogramPlan, parts, rng, bounds: tuple[ContributionBounds, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """(variances, approximate standard deviations) of one window, per listed partition, from its bounded record
+def variance_release(plan: HistogramPlan, parts, rng, bounds: tuple[ContributionBounds, ...],
+                     partitions: list[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(variances, approximate standard deviations) of one window, per partition (`moment_parts`), from its bounded record
     counts, centred sums and sums of squares (`moment_parts`): Q / n + r^2 / 2 - (S / n)^2 with n = max(noisy
     count, 1), clamped to [0, r^2] (r = max_value - middle). Privacy: `moment_parts`; the rest is
     post-processing."""
-    count, total, squares = moment_parts(plan, parts, rng, bounds)
+    count, total, squares = moment_parts(plan, parts, rng, bounds, partitions)
     records = np.maximum(count, 1.0)
     variances = mechanisms.clamp_to_range(squares / records + plan.value_range[1] / 2 - (total / records) ** 2,
                                           *plan.value_range)
@@ -128,13 +134,21 @@ class _MomentsMechanism(beam.DoFn):
 
     def process(self, element):
         index, tagged = element
-        parts = [part for _, part in sorted(tagged, key=lambda item: item[0])]  # count, sum(, squares)
+        by_tag = dict(tagged)  # 0: counts, 1: centred sums, 2: squares (variance), USERS (unknown partitions)
+        parts = [by_tag[k] for k in range(len(self._bounds))]
         rng = release_rng(self._seed, self._plan.name, index)
-        if self._plan.mechanism == "mean":
-            values, stddevs = mean_release(self._plan, parts[0], parts[1], rng, self._bounds[1])
+        plan, selection = self._plan, self._plan.user_selection
+        partitions = (list(plan.listed) if selection is None
+                      else selected_by_users(by_tag[USERS], selection, plan.max_partitions, rng))
+        if plan.mechanism == "mean":
+            values, stddevs = mean_release(plan, parts[0], parts[1], rng, self._bounds[1], partitions)
         else:
-            values, stddevs = variance_release(self._plan, parts, rng, self._bounds)
-        yield from _rows(self._plan, self._window, index, self._plan.listed, values, stddevs)
+            values, stddevs = variance_release(plan, parts, rng, self._bounds, partitions)
+        yield from _rows(plan, self._window, index, partitions, values, stddevs)
+
+
+USERS = "users"
+"""The tag of a mean's or variance's distinct users per partition, which select partitions not known in advance."""
 
 
 def _rows(plan: HistogramPlan, window: WindowSpec, index: int, partitions, values, stddevs):
@@ -200,11 +214,14 @@ class PrivateHistogram(WindowedRelease):
         """A mean or a variance: its parts (`specs.moment_bounds`: record counts, sums of centred values, sums of
         squares), each bounded separately, joined per window."""
         partitions, parts = self._plan.spec.partitions, moment_bounds(self._plan.spec.metric, self._bounds)
-        inputs = (batches, batches | "Centre values" >> beam.Map(_centre, value_middle(self._bounds)),
-                  batches | "Square values" >> beam.Map(_square, self._bounds))
-        sums = [self._window_sums(values, partitions, bounds, label=f"{name}: ")
+        inputs = (lambda: batches, lambda: batches | "Centre values" >> beam.Map(_centre, value_middle(self._bounds)),
+                  lambda: batches | "Square values" >> beam.Map(_square, self._bounds))
+        sums = [self._window_sums(values(), partitions, bounds, label=f"{name}: ")
                 | f"Tag {name}" >> beam.MapTuple(lambda index, part, k=k: (index, (k, part)))
                 for k, (name, values, bounds) in enumerate(zip(("Count", "Centred sum", "Squares"), inputs, parts))]
+        if self._plan.user_selection is not None:
+            sums.append(self._window_users(batches)
+                        | "Tag users" >> beam.MapTuple(lambda index, part: (index, (USERS, part))))
         return (
             tuple(sums)
             | "Parts" >> beam.Flatten()

@@ -22,10 +22,11 @@ import numpy as np
 import pandas as pd
 
 from dpstream.pipelines import mechanisms
-from dpstream.pipelines.config.specs import Metric, WindowSpec, metric_bounds
+from dpstream.pipelines.config.specs import WindowSpec
 from dpstream.pipelines.mechanisms.quantiles import ValueGrid
 from dpstream.pipelines.planning.quantiles import QuantilesPlan
 from dpstream.pipelines.transforms.aggregation import WindowedRelease
+from dpstream.pipelines.transforms.selection import selected_by_users
 from dpstream.pipelines.transforms.windowing import release_rng, window_bounds_iso
 
 
@@ -50,17 +51,6 @@ def quantiles_release(plan: QuantilesPlan, partitions: list[str], counts: pd.Ser
     return grid.points(drawn.value)
 
 
-def selected_partitions(plan: QuantilesPlan, users: pd.Series, rng) -> list[str]:
-    """The partitions whose noisy number of distinct users clears the cutoff (Gaussian thresholding)."""
-    if plan.selection_noise is None or plan.selection_delta is None:
-        raise ValueError(f"quantiles {plan.name!r} are over public partitions: nothing to select")
-    observed = [str(p) for p in users.index]
-    chosen = mechanisms.gaussian_threshold(users.to_numpy(), plan.selection_noise, 1.0, rng,
-                                           delta=plan.selection_delta, max_partitions=plan.max_partitions)
-    kept, _ = chosen.value
-    return [observed[i] for i in kept]
-
-
 class _QuantilesMechanism(beam.DoFn):
     def __init__(self, plan: QuantilesPlan, window: WindowSpec, seed: int | None):
         self._plan = plan
@@ -71,8 +61,8 @@ class _QuantilesMechanism(beam.DoFn):
         index, parts = element
         by_kind = dict(parts)  # 0: bucket counts; 1: distinct users per partition (unknown partitions)
         rng = release_rng(self._seed, self._plan.name, index)
-        if self._plan.selects:
-            partitions = selected_partitions(self._plan, by_kind[1], rng)
+        if self._plan.selection is not None:
+            partitions = selected_by_users(by_kind[1], self._plan.selection, self._plan.max_partitions, rng)
         else:
             partitions = list(self._plan.spec.partitions or ())
         values = quantiles_release(self._plan, partitions, by_kind[0], rng)
@@ -99,8 +89,7 @@ class PrivateQuantiles(WindowedRelease):
         parts = [self._window_sums(batches, plan.spec.partitions, buckets=grid, label="Values: ")
                  | "Tag buckets" >> beam.MapTuple(lambda index, part: (index, (0, part)))]
         if plan.selects:
-            users = self._window_sums(batches, None, metric_bounds(Metric.USERS, self._bounds), label="Users: ")
-            parts.append(users | "Tag users" >> beam.MapTuple(lambda index, part: (index, (1, part))))
+            parts.append(self._window_users(batches) | "Tag users" >> beam.MapTuple(lambda index, part: (index, (1, part))))
         return (
             tuple(parts)
             | "Both" >> beam.Flatten()

@@ -16,6 +16,7 @@ import tempfile
 import apache_beam as beam
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that
@@ -177,14 +178,52 @@ def test_a_mean_is_planned_as_one_gaussian_over_a_count_and_a_centred_sum():
 
 
 @pytest.mark.parametrize("change, message", [
-    (dict(partitions=None), "public partitions list"), (dict(noise="laplace"), "Gaussian"),
+    (dict(noise="laplace"), "Gaussian"), (dict(partitions=None, selection="truncated"), "does not apply"),
 ])
-def test_a_mean_needs_public_partitions_and_gaussian_noise(change, message):
+def test_a_mean_needs_gaussian_noise_and_selects_unknown_partitions_by_users(change, message):
     spec = HistogramSpec("m", **{"partitions": PARTITIONS, "metric": "mean", **change})
     with pytest.raises(PlanningError, match=message):
         plan_job((spec,), MEAN_BOUNDS, WINDOW, 1.0, 1e-6)
     with pytest.raises(PlanningError, match="min_value < max_value"):
         plan_job((HistogramSpec("m", partitions=PARTITIONS, metric="mean"),), VALUES.__class__(), WINDOW, 1.0, 1e-6)
+
+
+@pytest.mark.parametrize("metric", ["mean", "variance"])
+def test_over_unknown_partitions_a_selection_by_users_is_planned_beside_the_parts(metric):
+    """Half the weight to the parts, half to a GaussianThreshold of the distinct users (L2 sqrt(L0)), whose delta
+    is shared with every other selection of the job."""
+    releases = (HistogramSpec("m", metric=metric), HistogramSpec("h"))
+    plan = plan_job(releases, MEAN_BOUNDS, WINDOW, 1.0, 1e-6)
+    planned = plan["m"]
+    assert planned.selects and planned.user_selection is not None
+    assert planned.user_selection.event.sensitivity == pytest.approx(math.sqrt(3))
+    assert planned.user_selection.delta == plan["h"].selection_delta
+    weights = {r.release.name: r.release.weight for r in plan.calibrated.releases}
+    assert weights["m"] == weights["m.selection"] == 0.5
+    assert "partitions not known in advance" in planned.describe() and "distinct privacy units" in planned.describe()
+
+
+def test_a_run_over_unknown_partitions_releases_the_selected_means_and_variances():
+    """On the DirectRunner at epsilon 1000: the busy partitions are selected in every window, the one-user
+    partition "rare" never, and each released mean and variance is within 5 stated standard deviations of the
+    clipped values' (false-alarm rate 1e-5 per cell)."""
+    bounds = ContributionBounds(max_partitions=3, max_contributions=8, min_value=-4.0, max_value=3.0)
+    batch = random_events(2000, W, 150, list(PARTITIONS), seed=6, values=True)
+    rare = events(["loner"], [START + DAY / 2], ["rare"], [1.0])
+    frame = _frame(batch).assign(value=lambda f: f["value"].clip(-4.0, 3.0))
+    truths = {"mean": frame.groupby(["window", "partition"])["value"].mean(),
+              "variance": frame.groupby(["window", "partition"])["value"].var(ddof=0)}
+    releases = (HistogramSpec("mean", metric="mean"), HistogramSpec("variance", metric="variance"))
+    plan = plan_job(releases, bounds, WINDOW, 1000.0, 1e-6)
+    starts = {pd.Timestamp(WINDOW.bounds(i)[0], unit="s", tz="UTC"): i for i in range(W)}
+    merged = pa.concat_batches([batch, rare])
+    for name in ("mean", "variance"):
+        rows = _released_rows(merged, releases, plan, bounds, name)
+        assert sorted((starts[pd.Timestamp(r["window_start"])], r["partition"]) for r in rows) == [
+            (w, p) for w in range(W) for p in PARTITIONS]
+        for row in rows:
+            expected = truths[name][(starts[pd.Timestamp(row["window_start"])], row["partition"])]
+            assert abs(row["value"] - expected) <= 5 * row["noise_stddev"], row
 
 
 def test_a_run_releases_the_bounded_means():

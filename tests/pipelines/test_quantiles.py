@@ -107,9 +107,9 @@ def test_unknown_partitions_are_priced_as_a_selection_too():
     spec = QuantilesSpec("q", quantiles=[0.5])
     plan = plan_job((spec, HistogramSpec("h")), BOUNDS, WINDOW, 1.0, 1e-6)
     planned = plan["q"]
-    assert planned.selects and planned.selection_noise > 0
-    assert planned.selection_delta == plan["h"].selection_delta  # two selections share SELECTION_DELTA_SHARE
-    assert planned.selection_event.sensitivity == pytest.approx(np.sqrt(3))  # L0 users, each adding 1
+    assert planned.selects and planned.selection.sigma > 0
+    assert planned.selection.delta == plan["h"].selection_delta  # two selections share SELECTION_DELTA_SHARE
+    assert planned.selection.event.sensitivity == pytest.approx(np.sqrt(3))  # L0 users, each adding 1
     assert "noisy number of distinct privacy units" in planned.describe()
 
 
