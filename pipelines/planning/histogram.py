@@ -245,7 +245,8 @@ class HistogramPlan:
                 f"unit): per partition a "
                 f"noisy count of the bounded records (discrete Gaussian, sigma={self.noise:.6g}) and a noisy sum of "
                 f"their values minus {self.middle:g} (sigma={self.extra_noise:.6g}), released as {self.middle:g} + "
-                f"sum / max(count, 1) clamped to [{lower:g}, {upper:g}]: a mean over n records is off by about "
+                f"sum / max(count, {max(1.0, self.noise):.4g}) clamped to [{lower:g}, {upper:g}] (a count below its "
+                f"noise's sigma pulls the mean towards {self.middle:g}): a mean over n records is off by about "
                 f"{self.noise_stddev:.4g} / n or less (both noises together are one Gaussian event, "
                 f"{self.event!r}).{self._selected}"
             )
