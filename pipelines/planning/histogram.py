@@ -191,15 +191,19 @@ class HistogramPlan:
     def noise_stddev(self) -> float:
         """The standard deviation of a released value's noise; for a mean, of its numerator at worst (a mean at
         either end of the range), which divided by the partition's record count approximates the mean's."""
-        if self.mechanism == "mean":  # sqrt(sigma_sum^2 + (max - middle)^2 sigma_count^2)
-            return math.hypot(self.extra_noise or 0.0, self.noise * (self.value_range[1] - (self.middle or 0.0)))
+        count, total, squares = (self.part_stddev(noise) for noise in (self.noise, self.extra_noise, self.square_noise))
+        if self.mechanism == "mean":  # sqrt(sd_sum^2 + (max - middle)^2 sd_count^2)
+            return math.hypot(total, count * (self.value_range[1] - (self.middle or 0.0)))
         if self.mechanism == "variance":  # value_range [0, r^2]; linearised d(Q/N - (S/N)^2) at its worst
             radius = math.sqrt(self.value_range[1])
-            return math.hypot(self.square_noise or 0.0, 2 * radius * (self.extra_noise or 0.0),
-                              2.5 * radius ** 2 * self.noise)
+            return math.hypot(squares, 2 * radius * total, 2.5 * radius ** 2 * count)
         if self.unit_value is not None:  # distinct_threshold: the value is unit_value * noisy units + noisy extra
             return math.hypot(self.unit_value * self.noise, self.extra_noise or 0.0)
         return _stddev(self.mechanism, self.noise)
+
+    def part_stddev(self, noise: float | None) -> float:
+        """The standard deviation of a mean's or variance's part noise of parameter `noise` (0 for no part)."""
+        return 0.0 if noise is None else _stddev(self.spec.noise.value, noise)
 
     @property
     def listed(self) -> tuple[str, ...]:
@@ -228,28 +232,8 @@ class HistogramPlan:
                 f"take: no value moves further from the truth, but totals over partitions come out high.")
 
     def _describe_noise(self) -> str:
-        if self.mechanism == "variance":
-            return (
-                f"{self._subject} over {self._where}, one release per window ({self.runs} "
-                f"windows composed per privacy unit): per partition a noisy count of the bounded records (discrete "
-                f"Gaussian, sigma={self.noise:.6g}), a noisy sum of their values minus {self.middle:g} "
-                f"(sigma={self.extra_noise:.6g}) and a noisy sum of those differences' squares minus "
-                f"{self.value_range[1] / 2:g} (sigma={self.square_noise:.6g}), released as the sum of squares' mean "
-                f"minus the squared mean, clamped to [0, {self.value_range[1]:g}]: a variance over n records is off "
-                f"by about {self.noise_stddev:.4g} / n or less (the three noises together are one Gaussian event, "
-                f"{self.event!r}).{self._selected}")
-        if self.mechanism == "mean":
-            lower, upper = self.value_range
-            return (
-                f"{self._subject} over {self._where}, one release per window ({self.runs} windows composed per privacy "
-                f"unit): per partition a "
-                f"noisy count of the bounded records (discrete Gaussian, sigma={self.noise:.6g}) and a noisy sum of "
-                f"their values minus {self.middle:g} (sigma={self.extra_noise:.6g}), released as {self.middle:g} + "
-                f"sum / max(count, {max(1.0, self.noise):.4g}) clamped to [{lower:g}, {upper:g}] (a count below its "
-                f"noise's sigma pulls the mean towards {self.middle:g}): a mean over n records is off by about "
-                f"{self.noise_stddev:.4g} / n or less (both noises together are one Gaussian event, "
-                f"{self.event!r}).{self._selected}"
-            )
+        if self.mechanism in ("mean", "variance"):
+            return self._describe_moments()
         if self.mechanism == "distinct_threshold":
             extra = ("" if self.extra_noise is None else
                      f" plus the records beyond each unit's first with independent discrete Gaussian noise "
@@ -292,6 +276,29 @@ class HistogramPlan:
             f"L2 sensitivity {self.sensitivity:.6g} of one user's bounded contributions ({self._event_scope} "
             f"{self.event!r})."
         )
+
+    def _describe_moments(self) -> str:
+        """A mean's or variance's noisy parts, how they become the value, and what they cost."""
+        laplace = self.spec.noise.value == "laplace"
+        parameter = "scale" if laplace else "sigma"
+        noisy = (f"per partition a noisy count of the bounded records (discrete {'Laplace' if laplace else 'Gaussian'}, "
+                 f"{parameter}={self.noise:.6g}) and a noisy sum of their values minus {self.middle:g} "
+                 f"({parameter}={self.extra_noise:.6g})")
+        floor = f"max(count, {max(1.0, self.part_stddev(self.noise)):.4g})"
+        if self.mechanism == "variance":
+            noisy = (noisy.replace(") and a noisy sum", "), a noisy sum") + f" and a noisy sum of those differences' "
+                     f"squares minus {self.value_range[1] / 2:g} ({parameter}={self.square_noise:.6g})")
+            value = (f"released as (sum of squares - sum^2 / n) / n + {self.value_range[1] / 2:g} with n = {floor}, "
+                     f"clamped to [0, {self.value_range[1]:g}]")
+        else:
+            value = f"released as {self.middle:g} + sum / {floor} clamped to [{self.value_range[0]:g}, {self.value_range[1]:g}]"
+        parts = 3 if self.mechanism == "variance" else 2
+        cost = (f"{parts} Laplace events per (window, partition) cell a unit can change, {self.cells} cells, each "
+                f"{self.event!r}" if laplace else f"the {parts} noises together are one Gaussian event, {self.event!r}")
+        return (f"{self._subject} over {self._where}, one release per window ({self.runs} windows composed per privacy "
+                f"unit): {noisy}, {value} (a count below its noise's standard deviation pulls the value towards the "
+                f"middle): a {self.mechanism} over n records is off by about {self.noise_stddev:.4g} / n or less "
+                f"({cost}).{self._selected}")
 
     @property
     def _where(self) -> str:
@@ -348,15 +355,13 @@ def draft(spec: HistogramSpec, context: PlanningContext) -> Draft[HistogramPlan]
 
 
 def _moments_draft(spec: HistogramSpec, context: PlanningContext) -> Draft[HistogramPlan]:
-    """A mean or a variance: k noisy parts per public partition and window (`specs.moment_bounds`: the count, the
-    centred sum, and for a variance the sum of centred squares), planned as one Gaussian event of L2 sqrt(k) x
-    the count's: with sigma for the count and sigma x (part's L2 / count's L2) for each other part (about
-    (max - min) / 2 times sigma for the sum, ((max - min) / 2)^2 / 2 times for the squares), the parts' shifts
-    divided by their sigmas add up to exactly that (docs/proofs/pipelines.planning.histogram.mean.md)."""
+    """A mean or a variance: k noisy parts per partition and window (`specs.moment_bounds`: the count, the
+    centred sum, and for a variance the sum of centred squares), each part's noise proportional to its own
+    sensitivity (about (max - min) / 2 times the count's for the sum, ((max - min) / 2)^2 / 2 times for the
+    squares). Gaussian: one event of L2 sqrt(k) x the count's, since the parts' shifts divided by their sigmas
+    add up to exactly that; Laplace: k events per (window, partition) cell a unit can change, each at the count's
+    Linf over its scale (docs/proofs/pipelines.planning.histogram.mean.md)."""
     bounds, metric = context.bounds, spec.metric.value
-    if spec.noise != Noise.GAUSSIAN:
-        raise PlanningError(f"release {spec.name!r}: metric \"{metric}\" needs Gaussian noise for now (Laplace noise "
-                            f"is not supported)")
     if spec.partitions is None and spec.selection != Selection.GAUSSIAN:
         raise PlanningError(f"release {spec.name!r}: metric \"{metric}\" over unknown partitions selects them by "
                             f"their noisy number of distinct users; selection = \"{spec.selection}\" does not apply")
@@ -365,9 +370,11 @@ def _moments_draft(spec: HistogramSpec, context: PlanningContext) -> Draft[Histo
                             f"is worth {bounds.min_value!r} here, so the {metric} is known)")
     parts = tuple((part, *_known_sensitivity(spec, part)) for part in
                   (dataclasses.replace(context, bounds=b) for b in moment_bounds(spec.metric, bounds)))
-    _, count_l2, runs = parts[0]
+    _, count_sensitivity, runs = parts[0]
     share = spec.weight / 2 if spec.partitions is None else spec.weight
-    entries: tuple[Release, ...] = (Release(spec.name, "gaussian", share, math.sqrt(len(parts)) * count_l2, runs),)
+    entries: tuple[Release, ...] = (
+        Release(spec.name, "laplace", share, count_sensitivity, runs * len(parts)) if spec.noise == Noise.LAPLACE
+        else Release(spec.name, "gaussian", share, math.sqrt(len(parts)) * count_sensitivity, runs),)
     if spec.partitions is None:  # selected by distinct users: docs/proofs/pipelines.planning.histogram.mean.md
         entries += (UserSelection.entry(spec.name, share, context),)
     return Draft(entries, (), lambda calibrated: _moments(spec, context, parts, calibrated))
@@ -379,17 +386,23 @@ MOMENTS = {Metric.MEAN: "mean", Metric.VARIANCE: "variance"}
 
 def _moments(spec: HistogramSpec, context: PlanningContext, parts,
              calibrated: Mapping[str, CalibratedRelease]) -> HistogramPlan:
-    """The mean's or variance's plan from its calibrated entries; `parts`: (context, L2, runs) of each part."""
+    """The mean's or variance's plan from its calibrated entries; `parts`: (context, sensitivity, runs) of each
+    part (L2 and windows for Gaussian noise, Linf and cells for Laplace, `_known_sensitivity`)."""
     event = calibrated[spec.name].event
-    if not isinstance(event, Gaussian):
-        raise TypeError(f"histogram {spec.name!r} was calibrated to {event!r}, not Gaussian noise")
-    (counts, count_l2, _), *_ = parts
-    sigmas = [_grid_sigma(part, event.sigma * l2 / count_l2, l2) for part, l2, _ in parts]
+    (counts, count_sensitivity, cells), *_ = parts
+    if isinstance(event, Laplace):  # per cell: one changed coordinate, in L1
+        sigmas = [grid_noise(event.scale * linf / count_sensitivity, linf, part.bounds.quantum, changed=1, norm=1)[0]
+                  for part, linf, _ in parts]
+    elif isinstance(event, Gaussian):
+        sigmas = [_grid_sigma(part, event.sigma * l2 / count_sensitivity, l2) for part, l2, _ in parts]
+    else:
+        raise TypeError(f"histogram {spec.name!r} was calibrated to {event!r}, not Laplace or Gaussian noise")
     bounds = context.bounds
     value_range = ((bounds.min_value, bounds.max_value) if spec.metric == Metric.MEAN
                    else (0.0, 2 * square_middle(bounds)))
-    return HistogramPlan(spec, MOMENTS[spec.metric], context.windows, sigmas[0], counts.bounds.l2,
-                         bounds.max_partitions, event, value_range=value_range, extra_noise=sigmas[1],
+    return HistogramPlan(spec, MOMENTS[spec.metric], context.windows, sigmas[0],
+                         _norm_sensitivity(counts.bounds, spec.noise), bounds.max_partitions, event,
+                         value_range=value_range, extra_noise=sigmas[1], cells=cells if isinstance(event, Laplace) else None,
                          middle=value_middle(bounds), square_noise=sigmas[2] if len(sigmas) > 2 else None,
                          user_selection=None if spec.partitions is not None else UserSelection.calibrated(
                              spec.name, calibrated, bounds))

@@ -38,6 +38,7 @@ from dpstream.pipelines import mechanisms
 from dpstream.pipelines.config.specs import (
     ContributionBounds,
     Metric,
+    Noise,
     WindowSpec,
     metric_bounds,
     moment_bounds,
@@ -94,18 +95,20 @@ def moment_parts(plan: HistogramPlan, parts, rng, bounds: tuple[ContributionBoun
     if len(sigmas) != len(parts) or plan.middle is None:
         raise ValueError(f"histogram {plan.name!r} is not a {len(parts)}-part mean or variance plan")
     partitions = list(plan.listed) if partitions is None else partitions
-    return [mechanisms.gaussian(part.reindex(partitions, fill_value=0).to_numpy(), sigma, rng, sensitivity=b.l2,
-                                max_partitions=plan.max_partitions, quantum=b.quantum).value
+    laplace = plan.spec.noise == Noise.LAPLACE
+    add = mechanisms.laplace if laplace else mechanisms.gaussian
+    return [add(part.reindex(partitions, fill_value=0).to_numpy(), sigma, rng, sensitivity=b.l1 if laplace else b.l2,
+                max_partitions=plan.max_partitions, quantum=b.quantum).value
             for part, sigma, b in zip(parts, sigmas, bounds)]
 
 
 def denominator(plan: HistogramPlan, count: np.ndarray) -> np.ndarray:
-    """What a mean's or variance's sums are divided by: the noisy count, but at least the count noise's sigma (and
+    """What a mean's or variance's sums are divided by: the noisy count, but at least its noise's standard deviation (and
     1). A noisy count below one standard deviation of its noise cannot tell the partition's records from none; the
     sums, noise-dominated too, are then shrunk towards the middle instead of blown up by a small divisor. On the
     flights benchmark this lowers the daily mean's RMSE over every cell from 72 to 62 minutes at epsilon 1 and
     changes nothing for partitions well above the noise (post-processing: no privacy cost)."""
-    return np.maximum(count, max(1.0, plan.noise))
+    return np.maximum(count, max(1.0, plan.part_stddev(plan.noise)))
 
 
 def mean_release(plan: HistogramPlan, counts, sums, rng, centred: ContributionBounds,
@@ -115,9 +118,10 @@ def mean_release(plan: HistogramPlan, counts, sums, rng, centred: ContributionBo
     max_value]. Privacy: `moment_parts`; the rest is post-processing."""
     count, total = moment_parts(plan, (counts, sums), rng, (metric_bounds(Metric.COUNT, centred), centred),
                                 partitions)
-    records, middle, sum_sigma = denominator(plan, count), plan.middle or 0.0, plan.extra_noise or 0.0
+    records, middle = denominator(plan, count), plan.middle or 0.0
     means = mechanisms.clamp_to_range(middle + total / records, *plan.value_range)
-    return means, np.sqrt(sum_sigma ** 2 + ((means - middle) * plan.noise) ** 2) / records
+    spread = np.hypot(plan.part_stddev(plan.extra_noise), (means - middle) * plan.part_stddev(plan.noise))
+    return means, spread / records
 
 
 def variance_release(plan: HistogramPlan, parts, rng, bounds: tuple[ContributionBounds, ...],
