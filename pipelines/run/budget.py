@@ -74,6 +74,7 @@ from dpstream.accounting.ledger import (
     UnknownScopeError,
     resolve_url,
 )
+from dpstream.accounting.ledger.streams import FINISHED
 from dpstream.accounting.text import first_line, instant_text
 from dpstream.connectors.files import is_local, join, read_bytes, remove_file, remove_tree, write_bytes
 from dpstream.pipelines.config.specs import EPSILON_RANGE, ContributionBounds, ReleaseSpec, WindowSpec
@@ -305,7 +306,7 @@ class Budget:
         `output`: windows found there may only be continued by the stream that released them."""
         with self._ledger("nothing was debited") as ledger:
             streams = ledger.streams_of(self.scope, output)
-        if any(s.status != "finished" and s.job == self.job_digest() for s in streams):
+        if any(s.status != FINISHED and s.job == self.job_digest() for s in streams):
             return
         raise RunError(f"{output} holds windows released by a stream of scope {self.scope!r} that has finished or "
                        f"was made by another job; a stream continues only the windows it released itself; write to "

@@ -12,6 +12,7 @@ import os
 from typing import Any
 
 from dpstream.accounting.ledger import Ledger, LedgerError, UnknownScopeError
+from dpstream.accounting.ledger.streams import STREAMING
 from dpstream.accounting.text import instant_text
 from dpstream.connectors.files import filesystems, is_local, join, read_bytes
 from dpstream.pipelines.config.jobfile import Job
@@ -69,7 +70,7 @@ def _stream(stream, grid) -> dict[str, Any]:
         return [instant_text(grid.start(p)) for p in sorted(periods)]
 
     return {"stream": stream.stream_id, "status": stream.status, "session": stream.session,
-            "lease_until": instant_text(stream.lease_until) if stream.status == "streaming" else None,
+            "lease_until": instant_text(stream.lease_until) if stream.status == STREAMING else None,
             "periods_debited": starts(stream.debited), "periods_refused": starts(stream.refused),
             "reason": stream.reason}
 

@@ -50,22 +50,28 @@ class StreamReport:
         return {spec.name: release_path(self.output_dir, spec.name, self.job.output.format)
                 for spec in self.job.releases}
 
-    def pending(self) -> dict[str, int]:
-        """Release name -> windows of the range neither published nor refused yet (only releases with some)."""
+    def decided(self) -> dict[str, set[int]]:
+        """Release name -> the windows published or refused so far (one listing of its window parts)."""
+        return {spec.name: streaming_io.released(join(self.output_dir, streaming_io.PARTS_DIR, spec.name))
+                for spec in self.job.releases}
+
+    def pending(self, decided: dict[str, set[int]] | None = None) -> dict[str, int]:
+        """Release name -> windows of the range neither published nor refused yet (only releases with some);
+        `decided`: a listing made already (`decided()`)."""
+        decided = self.decided() if decided is None else decided
         out = {}
         for spec in self.job.releases:
-            decided = streaming_io.released(join(self.output_dir, streaming_io.PARTS_DIR, spec.name))
-            missing = len(set(streaming_io.emissions(self.plan[spec.name], self.job.window)) - decided)
+            missing = len(set(streaming_io.emissions(self.plan[spec.name], self.job.window)) - decided[spec.name])
             if missing:
                 out[spec.name] = missing
         return out
 
     def write(self, timings: dict[str, float] | None = None, started: float | None = None) -> dict[str, Any]:
         """Merge the published windows into the release files and write the reports; report.json's content."""
+        decided = self.decided()
         for spec in self.job.releases:
-            directory = join(self.output_dir, streaming_io.PARTS_DIR, spec.name)
-            streaming_io.merge_parts(directory, streaming_io.released(directory), self.files[spec.name],
-                                     self.job.output.format)
+            streaming_io.merge_parts(join(self.output_dir, streaming_io.PARTS_DIR, spec.name), decided[spec.name],
+                                     self.files[spec.name], self.job.output.format)
         with Ledger(self.ledger) as ledger:
             record = ledger.stream(self.stream_id)
             after, display = ledger.show(self.job.privacy.scope), ledger.display_url
@@ -79,13 +85,12 @@ class StreamReport:
                   "windows_skipped": list(self.skipped)}
         context = report.RunContext(job=self.job, plan=self.plan, runner=self.runner, beam_args=self.beam_args,
                                     debit=debit, files=self.files, started_at=self.started_at,
-                                    timings=dict(timings or {}), pending=self.pending(), stream=stream)
+                                    timings=dict(timings or {}), pending=self.pending(decided), stream=stream)
         return report.write_reports(context, self.output_dir, time.perf_counter() if started is None else started)
 
     def refresh(self) -> None:
         """After the pipeline published (or had refused) a window: bring the files and reports up to date, and
         end the stream as finished once every window of the range is decided."""
-        self.write()
-        if not self.pending():
+        if self.write()["streaming"]["complete"]:
             with Ledger(self.ledger) as ledger:
                 ledger.end_stream(self.stream_id, self.session, finished=True)
