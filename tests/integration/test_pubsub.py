@@ -22,7 +22,6 @@ import contextlib
 import json
 import threading
 import time
-from datetime import datetime, timezone
 
 import pytest
 
@@ -31,6 +30,7 @@ from dpstream.accounting.text import instant_text
 from dpstream.pipelines.config import jobfile
 from dpstream.pipelines.run import runner
 from tests.integration.conftest import PROJECT
+from tests.integration.jobs import iso, job_text
 
 LEAD_S = 10  # from publishing to the first window's start: covers pipeline start-up on a loaded machine
 WINDOW_S = 4
@@ -47,39 +47,9 @@ def _topic_and_subscription(clients, name: str) -> tuple[str, str]:
     return topic, subscription
 
 
-def _iso(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds, tz=timezone.utc).isoformat().replace("+00:00", "Z")
-
-
 def _job_text(start: float, input_table: str, output_path: str) -> str:
-    return f"""
-[input]
-{input_table}
-user = "user"
-partition = "dest"
-partitions = ["A", "B", "C"]
-[window]
-size = "{WINDOW_S}s"
-start = "{_iso(start)}"
-end = "{_iso(start + 2 * WINDOW_S)}"
-[privacy]
-scope = "stream"
-epsilon = 4.0
-delta = 1e-6
-max_partitions = 1
-[[release]]
-kind = "histogram"
-name = "counts"
-[[release]]
-kind = "topk"
-name = "top"
-k = 1
-[output]
-format = "jsonl"
-path = "{output_path}"
-[beam]
-seed = 11
-"""
+    return job_text(input_table=input_table, start=start, windows=2, window_s=WINDOW_S, output=output_path,
+                    scope="stream", epsilon=4.0, seed=11)
 
 
 def _events(start: float) -> list[dict]:
@@ -145,7 +115,7 @@ def test_streaming_run_ends_when_the_range_is_released_and_equals_batch(emulator
     # The reference: the same events as a file, one batch run with the same seed.
     with open(tmp_path / "events.jsonl", "w") as out:
         for event in events:
-            out.write(json.dumps({**event, "time": _iso(event["ms"] / 1000)}) + "\n")
+            out.write(json.dumps({**event, "time": iso(event["ms"] / 1000)}) + "\n")
     (tmp_path / "batch.toml").write_text(_job_text(
         start, 'format = "jsonl"\npath = "events.jsonl"\ntimestamp = "time"', "batch"))
     batch = runner.run(jobfile.load(str(tmp_path / "batch.toml")), ledger_url=ledger, log=lambda _: None)

@@ -30,47 +30,16 @@ import pytest
 from dpstream.accounting.ledger import Ledger
 from dpstream.pipelines.config import jobfile
 from dpstream.pipelines.run import runner, status
-from tests.integration.test_pubsub import LEAD_S, _iso, _topic_and_subscription, _traffic
+from tests.integration.jobs import COUNTS_AND_ALERTS, iso, job_text, pubsub_input
+from tests.integration.test_pubsub import LEAD_S, _topic_and_subscription, _traffic
 
 USERS = 10
 
 
 def _job(start: float, windows: int, window_s: int, period_s: int, lateness_s: int, input_table: str,
          output: str) -> str:
-    return f"""
-[input]
-{input_table}
-user = "user"
-partition = "dest"
-partitions = ["A", "B", "C"]
-[window]
-size = "{window_s}s"
-start = "{_iso(start)}"
-end = "{_iso(start + windows * window_s)}"
-allowed_lateness = "{lateness_s}s"
-[privacy]
-scope = "periods"
-epsilon = 2.0
-delta = 1e-6
-max_partitions = 1
-unit_period = "{period_s}s"
-[[release]]
-kind = "histogram"
-name = "counts"
-[[release]]
-kind = "topk"
-name = "top"
-k = 1
-[output]
-format = "jsonl"
-path = "{output}"
-[beam]
-seed = 5
-"""
-
-
-def _pubsub(subscription: str) -> str:
-    return f'format = "pubsub"\nsubscription = "{subscription}"\ntimestamp_attribute = "ts"'
+    return job_text(input_table=input_table, start=start, windows=windows, window_s=window_s, output=output,
+                    scope="periods", epsilon=2.0, seed=5, lateness_s=lateness_s, unit_period_s=period_s)
 
 
 def _events(start: float, window_s: int, windows) -> list[dict]:
@@ -115,7 +84,7 @@ def test_an_open_ended_stream_pays_each_period_when_its_first_window_is_released
     ledger = _ledger(tmp_path, period_s)
     start = _on_grid(period_s, 1.5 * LEAD_S)  # the open-ended range's 5,000 windows take the DirectRunner ~10 s
     _publish(emulator[0], topic, _events(start, window_s, range(windows)))
-    job = _job(start, windows, window_s, period_s, 0, _pubsub(subscription), "out")
+    job = _job(start, windows, window_s, period_s, 0, pubsub_input(subscription), "out")
     (tmp_path / "job.toml").write_text("\n".join(line for line in job.splitlines() if not line.startswith("end =")))
     assert jobfile.load(str(tmp_path / "job.toml")).window.count == jobfile.OPEN_ENDED_WINDOWS
     stop_at = start + 3 * period_s + 1.5  # about three periods released
@@ -136,7 +105,7 @@ def test_an_open_ended_stream_pays_each_period_when_its_first_window_is_released
     for index, record in zip(sorted(stream.debited), sorted(history, key=lambda r: r.release_id)):
         assert _seconds(record.time) >= first_window_end[index] - 0.01, (record.time, first_window_end[index])
     assert len(history) == len(reached)
-    assert outcome.report["stream"]["periods_debited"] == [_iso(p * period_s) for p in reached]
+    assert outcome.report["stream"]["periods_debited"] == [iso(p * period_s) for p in reached]
 
 
 @pytest.mark.timeout(200)
@@ -148,7 +117,7 @@ def test_a_killed_stream_resumes_and_equals_one_batch_run(emulator, tmp_path):
     before, after = _events(start, window_s, [0]), _events(start, window_s, [1, 2])
     _publish(emulator[0], topic, before)
     job_path = tmp_path / "job.toml"
-    job_path.write_text(_job(start, windows, window_s, period_s, lateness_s, _pubsub(subscription), "out"))
+    job_path.write_text(_job(start, windows, window_s, period_s, lateness_s, pubsub_input(subscription), "out"))
     command = [sys.executable, "-m", "dpstream.pipelines.cli.main", "run", str(job_path), "--ledger", ledger,
                "--lease-seconds", "3", "--max-seconds", "120"]
     with _traffic(emulator[0], topic, start + 3600):
@@ -186,7 +155,7 @@ def test_a_killed_stream_resumes_and_equals_one_batch_run(emulator, tmp_path):
 
     with open(tmp_path / "events.jsonl", "w") as out:
         for event in before + after:
-            out.write(json.dumps({**event, "time": _iso(event["ms"] / 1000)}) + "\n")
+            out.write(json.dumps({**event, "time": iso(event["ms"] / 1000)}) + "\n")
     reference = _job(start, windows, window_s, period_s, lateness_s,
                      'format = "jsonl"\npath = "events.jsonl"\ntimestamp = "time"', "batch")
     (tmp_path / "batch.toml").write_text(reference.replace('scope = "periods"', 'scope = "reference"'))
@@ -199,38 +168,8 @@ def test_a_killed_stream_resumes_and_equals_one_batch_run(emulator, tmp_path):
 
 
 def _svt_job(start: float, windows: int, input_table: str, output: str, scope: str) -> str:
-    return f"""
-[input]
-{input_table}
-user = "user"
-partition = "dest"
-partitions = ["A", "B"]
-[window]
-size = "{SVT_WINDOW_S}s"
-start = "{_iso(start)}"
-end = "{_iso(start + windows * SVT_WINDOW_S)}"
-[privacy]
-scope = "{scope}"
-epsilon = 4.0
-delta = 1e-6
-max_partitions = 1
-[[release]]
-kind = "histogram"
-name = "counts"
-[[release]]
-kind = "svt"
-name = "busy"
-metric = "count"
-maximum = 40
-threshold = 0.5
-sigma_threshold = 0.2
-persist_threshold = true
-[output]
-format = "jsonl"
-path = "{output}"
-[beam]
-seed = 17
-"""
+    return job_text(input_table=input_table, start=start, windows=windows, window_s=SVT_WINDOW_S, output=output,
+                    scope=scope, epsilon=4.0, seed=17, releases=COUNTS_AND_ALERTS, partitions=("A", "B"))
 
 
 SVT_WINDOW_S = 4
@@ -253,7 +192,7 @@ def _plain_ledger(tmp_path) -> str:
 def _batch(tmp_path, ledger: str, start: float, windows: int, events: list[dict], scope: str, output: str):
     with open(tmp_path / "svt-events.jsonl", "w") as out:
         for event in events:
-            out.write(json.dumps({**event, "time": _iso(event["ms"] / 1000)}) + "\n")
+            out.write(json.dumps({**event, "time": iso(event["ms"] / 1000)}) + "\n")
     path = tmp_path / f"{output}.toml"
     path.write_text(_svt_job(start, windows, 'format = "jsonl"\npath = "svt-events.jsonl"\ntimestamp = "time"',
                              output, scope))
@@ -271,7 +210,7 @@ def test_a_live_svt_monitor_alerts_as_batch_and_is_sealed_after_its_last_publish
     start = float(int(time.time()) + LEAD_S)
     events = _svt_events(start)
     _publish(emulator[0], topic, events)
-    (tmp_path / "live.toml").write_text(_svt_job(start, 6, _pubsub(subscription), "live", "live"))
+    (tmp_path / "live.toml").write_text(_svt_job(start, 6, pubsub_input(subscription), "live", "live"))
     with _traffic(emulator[0], topic, start + 3600):
         live = runner.run(jobfile.load(str(tmp_path / "live.toml")), ledger_url=ledger, log=lambda _: None,
                           max_seconds=start + 2 * SVT_WINDOW_S + 2 - time.time())
@@ -306,7 +245,7 @@ def test_a_backfill_on_the_direct_runner_is_refused_before_the_debit_and_leaves_
     start = float(int(time.time()) // 4 * 4 - 3600)
     events = _events(start, 2, range(4))
     _publish(emulator[0], topic, events)
-    job = _job(start, 4, 2, 4, 0, _pubsub(subscription), "out").replace('scope = "periods"', f'scope = "{scope}"')
+    job = _job(start, 4, 2, 4, 0, pubsub_input(subscription), "out").replace('scope = "periods"', f'scope = "{scope}"')
     if scope == "reference":  # a plain scope: the run is admitted and debited at the end
         job = job.replace('unit_period = "4s"\n', "")
     (tmp_path / "job.toml").write_text(job)
