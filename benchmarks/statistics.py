@@ -12,9 +12,11 @@ Reported: RMSE against the true statistic over the (day, destination) cells with
 departures (a mean needs records; the distinct count is also measured over every cell), the mean over
 `DRAWS` runs with its standard error. PipelineDP does not clamp its means to [min_value, max_value] (a cell with
 a noisy count near 1 can be far outside); its output clamped by hand, post-processing any user can add, is
-reported too. The mean's difference has one source: dpstream plans the count and the
+reported too. The mean's differences have two sources: dpstream plans the count and the
 centred sum as one Gaussian event with the sum's sigma (max - min) / 2 times the count's (the minimax split),
-where PipelineDP splits the budget between them in its own way; both centre the values. The distinct counts
+where PipelineDP splits the budget between them in its own way (both centre the values); and dpstream divides
+the noisy sum by at least the count noise's standard deviation, where PipelineDP divides by the noisy count
+(`transforms.histogram.denominator`), which pulls noise-dominated small cells towards the middle. The distinct counts
 have identical sensitivities (sqrt(3) per aircraft-day) and exact Gaussian calibrations, so they should tie.
 
 Quantiles: an aircraft-month is the privacy unit (calendar months; PipelineDP's privacy id is (tailnum, month)),
