@@ -18,7 +18,9 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.test_stream import TestStream
 from apache_beam.testing.util import assert_that
 from scipy import stats
 
@@ -398,3 +400,38 @@ def test_audit_a_laplace_mean_with_the_values_not_centred_is_caught():
 
         result = audit(sample, False, True, n_search=100_000, n_estimate=200_000)
         assert (result.epsilon_lower > 1.0) == broken, str(result)
+
+
+def test_streaming_means_and_variances_equal_batch():
+    """Means and variances over known and unknown partitions: a TestStream of the batches, out of order, gives the
+    batch run's rows (fixed seed: the same kept records and the same noise per window)."""
+    bounds = ContributionBounds(max_partitions=3, max_contributions=8, min_value=-4.0, max_value=3.0)
+    common = random_events(1500, W, 120, list(PARTITIONS), seed=12, values=True)
+    chunks = [common.slice(i, 500) for i in range(0, common.num_rows, 500)]
+    releases = (HistogramSpec("mean", partitions=PARTITIONS, metric="mean"), HistogramSpec("variance", metric="variance"))
+    plan = plan_job(releases, bounds, WINDOW, 8.0, 1e-6)
+    stored = {}
+    for streaming in (False, True):
+        directory = tempfile.mkdtemp(prefix="dpstream-moments-")
+        options = PipelineOptions()
+        options.view_as(StandardOptions).streaming = streaming
+        with TestPipeline(options=options) as pipeline:
+            if streaming:
+                stream = TestStream()
+                for chunk in reversed(chunks):
+                    stream.add_elements([beam.window.TimestampedValue(chunk, chunk.column(1)[0].as_py() // 1000 / 1e3)])
+                source = pipeline | stream.advance_watermark_to_infinity()
+            else:
+                source = pipeline | beam.Create(chunks)
+            outputs = release_graph(source, releases, plan, bounds, WINDOW, seed=8)[0]
+            for name, rows in outputs.items():
+                assert_that(rows, _store_sorted(os.path.join(directory, f"{name}.json")), label=f"Store {name}")
+        stored[streaming] = {name: json.load(open(os.path.join(directory, f"{name}.json"))) for name in outputs}
+    assert stored[True] == stored[False] and all(stored[False].values())
+
+
+def _store_sorted(path):
+    def matcher(actual):
+        with open(path, "w") as handle:
+            json.dump(sorted(actual, key=lambda r: json.dumps(r, sort_keys=True)), handle)
+    return matcher
