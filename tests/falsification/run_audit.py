@@ -37,10 +37,13 @@ _seeds = itertools.count(1000)
 @dataclass(frozen=True)
 class Inputs:
     """One day's records: `base` (user, hour, partition) rows, and in x' the target user's `target` (hour,
-    partition) rows."""
+    partition) rows; `value` (a job with value bounds): each record's value, the base's by position, the
+    target's `target_value`."""
 
     base: tuple[tuple[str, int, str], ...]
     target: tuple[tuple[int, str], ...]
+    values: tuple[float, ...] | None = None
+    target_value: float = 0.0
 
 
 def one_record_users(per_partition: dict[str, int], hour: int = 12) -> tuple[tuple[str, int, str], ...]:
@@ -54,13 +57,15 @@ class AuditJob:
     rows become one number (the sample)."""
 
     release: str
-    statistic: str  # "count_A": A's value (-inf if not released); "top": rank-1 index; "peak": 12-hour window of the day
+    statistic: str  # "count_A": A's value (-inf if not released); "top": rank-1 index; "peak": 12-hour window of the
+    # day; "median_A": A's released median
     min_share: float  # the search considers sets holding at least this share of one side's outputs
     epsilon: float = 1.0
     delta: float = 1e-6
     window: str = "1d"
     unit_period: str | None = "1d"
     partitions: tuple[str, ...] | None = PARTITIONS
+    value_range: tuple[float, float] | None = None  # the job reads a value column, clipped to this range
 
 
 JOB = """[input]
@@ -69,7 +74,7 @@ path = "events.csv"
 user = "user"
 timestamp = "time"
 partition = "dest"
-{partitions}
+{value}{partitions}
 [window]
 size = "{window}"
 start = 2000-01-01
@@ -82,7 +87,7 @@ delta = {delta}
 {unit_period}
 max_partitions = 1
 max_contributions = 1
-{release}
+{value_range}{release}
 [output]
 format = "jsonl"
 [beam]
@@ -92,10 +97,12 @@ seed = {seed}
 
 def _events(inputs: Inputs, with_target: bool, days: int) -> str:
     rows = list(inputs.base) + ([("target", hour, partition) for hour, partition in inputs.target] if with_target else [])
-    lines = ["user,time,dest"]
+    values = [*(inputs.values or [0.0] * len(inputs.base)), *[inputs.target_value] * (len(rows) - len(inputs.base))]
+    lines = ["user,time,dest,value"]
     for day in range(days):
         stamp = (np.datetime64("2000-01-01") + day).astype(str)
-        lines += [f"{user},{stamp}T{hour:02d}:30:00Z,{partition}" for user, hour, partition in rows]
+        lines += [f"{user},{stamp}T{hour:02d}:30:00Z,{partition},{value!r}"
+                  for (user, hour, partition), value in zip(rows, values)]
     return "\n".join(lines) + "\n"
 
 
@@ -107,9 +114,11 @@ def run_job(job: AuditJob, inputs: Inputs, with_target: bool, days: int) -> tupl
         (root / "events.csv").write_text(_events(inputs, with_target, days))
         partitions = "" if job.partitions is None else f"partitions = {json.dumps(list(job.partitions))}"
         unit_period = "" if job.unit_period is None else f'unit_period = "{job.unit_period}"'
+        value, value_range = ("", "") if job.value_range is None else (
+            'value = "value"\n', f"min_value = {job.value_range[0]!r}\nmax_value = {job.value_range[1]!r}\n")
         (root / "job.toml").write_text(JOB.format(
             partitions=partitions, window=job.window, end=end, epsilon=job.epsilon, delta=job.delta,
-            unit_period=unit_period, release=job.release, seed=next(_seeds)))
+            unit_period=unit_period, release=job.release, seed=next(_seeds), value=value, value_range=value_range))
         url = f"sqlite:///{root / 'ledger.db'}"
         with Ledger(url, create=True) as ledger:
             ledger.init_scope("audit", 1000.0, 0.5, f"approx:release_delta={job.delta}")
@@ -142,6 +151,8 @@ def _statistic(kind: str, rows: list[dict], days: int) -> np.ndarray:
             out[day] = PARTITIONS.index(row["partition"])
         elif kind == "peak":
             out[day] = int(row["window_start"][11:13]) // 12
+        elif kind == "median_A" and row["partition"] == "A" and row["quantile"] == 0.5:
+            out[day] = row["value"]
     assert not np.isnan(out).any(), "a day without its release"
     return out
 

@@ -49,6 +49,11 @@ JOBS = {
         AuditJob('[[release]]\nkind = "peak"\nname = "busiest"\nperiod = "1d"\nmaximum = 10', "peak", 0.05,
                  window="12h", partitions=None),
         Inputs(tuple((f"u{i}", 14, "A") for i in range(10)), target=((2, "A"),) * 20)),
+    "quantiles, exponential mechanism": (
+        AuditJob('[[release]]\nkind = "quantiles"\nname = "median"\nquantiles = [0.5]\nbuckets = 10', "median_A", 0.02,
+                 value_range=(0.0, 10.0)),
+        Inputs(one_record_users({"A": 9, "B": 3}), target=((12, "A"),) * 20,
+               values=(1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 5.0, 5.0, 5.0), target_value=10.0)),
     "svt, Gaussian monitor (FSRC)": (
         AuditJob('[[release]]\nkind = "svt"\nname = "alerts"\nmaximum = 1000\nthreshold = 0.5\n'
                  'sigma_threshold = 0.05', "alerts", 0.02, unit_period=None, partitions=None),
@@ -107,6 +112,7 @@ FLAGGED = {
     ("top-1, exponential mechanism", "bounding skipped"),
     ("top-1, exponential mechanism", "noise halved"),
     ("peak, report-noisy-max", "bounding skipped"),
+    ("quantiles, exponential mechanism", "bounding skipped"),
     ("svt, Gaussian monitor (FSRC)", "bounding skipped"),
 }
 """(kind, broken variant) pairs the audit must flag; the rest are measured and reported, not asserted."""
