@@ -30,6 +30,7 @@ from dpstream.pipelines.config.specs import (
     Noise,
     QuantilesSpec,
     Selection,
+    SpecError,
     metric_bounds,
     moment_bounds,
     square_middle,
@@ -368,8 +369,14 @@ def _moments_draft(spec: HistogramSpec, context: PlanningContext) -> Draft[Histo
     if bounds.counting:
         raise PlanningError(f"release {spec.name!r}: metric \"{metric}\" needs min_value < max_value (every record "
                             f"is worth {bounds.min_value!r} here, so the {metric} is known)")
+    try:
+        part_bounds = moment_bounds(spec.metric, bounds)
+    except SpecError as err:
+        raise PlanningError(f"release {spec.name!r}: metric \"{metric}\" sums squared centred values up to "
+                            f"((max_value - min_value) / 2)^2 / 2 = {square_middle(bounds):.4g}, which the value grid "
+                            f"cannot hold ({err}); narrow privacy.min_value and max_value") from None
     parts = tuple((part, *_known_sensitivity(spec, part)) for part in
-                  (dataclasses.replace(context, bounds=b) for b in moment_bounds(spec.metric, bounds)))
+                  (dataclasses.replace(context, bounds=b) for b in part_bounds))
     _, count_sensitivity, runs = parts[0]
     share = spec.weight / 2 if spec.partitions is None else spec.weight
     entries: tuple[Release, ...] = (

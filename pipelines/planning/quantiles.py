@@ -106,6 +106,11 @@ def _check_bounds(spec: QuantilesSpec, context: PlanningContext) -> None:
     if not bounds.min_value < bounds.max_value:
         raise PlanningError(f"release {spec.name!r}: quantiles need privacy.min_value < privacy.max_value (the "
                             f"grid the quantiles are drawn on), got [{bounds.min_value:g}, {bounds.max_value:g}]")
+    step = (bounds.max_value - bounds.min_value) / spec.buckets
+    if step < bounds.quantum:  # values are rounded to the quantum before they are bucketed
+        most = int((bounds.max_value - bounds.min_value) // bounds.quantum)
+        raise PlanningError(f"release {spec.name!r}: {spec.buckets} buckets make grid steps of {step:.4g}, finer than "
+                            f"the {bounds.quantum:.4g} values are rounded to; use at most {most} buckets")
     if window_cap(context.window, context.unit_period, bounds) is not None:
         raise PlanningError(f"release {spec.name!r}: quantiles do not apply privacy.max_windows, "
                             f"max_partitions_total or max_contributions_total; drop those caps or move the quantiles "

@@ -42,13 +42,21 @@ def bucket_matrix(counts: pd.Series, partitions: list[str], buckets: int) -> np.
     return matrix
 
 
+CHUNK_CELLS = 1 << 22
+"""Partitions are drawn in blocks of at most this many (partition, bucket) cells (32 MB of scores each), so a
+window's memory does not grow with partitions x buckets."""
+
+
 def quantiles_release(plan: QuantilesPlan, partitions: list[str], counts: pd.Series, rng) -> np.ndarray:
-    """The released quantile values of one window: (partitions, quantiles), each row in increasing order."""
-    grid = ValueGrid(*plan.value_range, plan.spec.buckets)
-    drawn = mechanisms.exponential_quantiles(
-        bucket_matrix(counts, partitions, plan.spec.buckets), plan.spec.quantiles, plan.epsilon, rng,
-        max_contributions=plan.max_contributions, max_partitions=plan.max_partitions)
-    return grid.points(drawn.value)
+    """The released quantile values of one window: (partitions, quantiles), each row in increasing order; drawn in
+    blocks of partitions (`CHUNK_CELLS`; each draw is independent, so blocks change nothing but memory)."""
+    grid, buckets = ValueGrid(*plan.value_range, plan.spec.buckets), plan.spec.buckets
+    step = max(1, CHUNK_CELLS // (buckets + 1))
+    blocks = [mechanisms.exponential_quantiles(
+        bucket_matrix(counts, partitions[first:first + step], buckets), plan.spec.quantiles, plan.epsilon, rng,
+        max_contributions=plan.max_contributions, max_partitions=plan.max_partitions).value
+        for first in range(0, len(partitions), step)]
+    return grid.points(np.concatenate(blocks)) if blocks else np.empty((0, len(plan.spec.quantiles)))
 
 
 class _QuantilesMechanism(beam.DoFn):

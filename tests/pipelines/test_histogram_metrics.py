@@ -435,3 +435,10 @@ def _store_sorted(path):
         with open(path, "w") as handle:
             json.dump(sorted(actual, key=lambda r: json.dumps(r, sort_keys=True)), handle)
     return matcher
+
+
+def test_a_variance_whose_squares_the_grid_cannot_hold_is_refused_in_one_line():
+    """Bounds of +-2^200 square to 2^400 / 2 (found by review: the error named a number the job never wrote)."""
+    wide = ContributionBounds(max_partitions=1, max_contributions=1, min_value=-2.0 ** 200, max_value=2.0 ** 200)
+    with pytest.raises(PlanningError, match="sums squared centred values up to .* narrow privacy.min_value"):
+        plan_job((HistogramSpec("v", partitions=PARTITIONS, metric="variance"),), wide, WINDOW, 1.0, 1e-6)
