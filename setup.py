@@ -38,13 +38,15 @@ RUNTIME = [
 
 PUBSUB = ["google-cloud-pubsub>=2.18"]  # streaming jobs from Pub/Sub (connectors.pubsub) and its emulator tests
 
+GCP = ["apache-beam[gcp]>=2.60"]  # Dataflow: gs:// paths through Beam's FileSystems, the Dataflow runner, Pub/Sub
+
 EXTRAS = {
-    # Tests, and the linters `make test` runs first (ruff, and mypy through build/typecheck: see the Makefile).
+    # Tests (the Dataflow runner: a stream's graph is translated for Dataflow offline), and the linters `make test`
+    # runs first (ruff, and mypy through build/typecheck: see the Makefile).
     "dev": ["pytest>=8", "hypothesis>=6", "pytest-timeout>=2.2", "pytest-xdist>=3", "ruff>=0.6", "mypy>=1.11",
-            *PUBSUB],
+            *PUBSUB, *GCP],
     "pubsub": PUBSUB,
-    # Dataflow: gs:// paths through Beam's FileSystems, the Dataflow runner, Pub/Sub.
-    "gcp": ["apache-beam[gcp]>=2.60"],
+    "gcp": GCP,
     # Peer systems, measured side by side in benchmarks only; never imported at run time.
     "bench": [
         "dp-accounting>=0.4",

@@ -1,0 +1,78 @@
+"""The Dataflow graph of a stream that pays as it releases, built offline (issue 16: runners we cannot run here).
+
+Dataflow cannot run on these machines, but its runner can translate a pipeline without submitting it
+(`--dry_run=True`): the graph `dpstream run` builds for a Pub/Sub job on a period scope (read, the private
+releases, one paid part per window) goes through the DataflowRunner's translation to a streaming job, with the
+workers' payer opened on the ledger, and nothing is debited. Needs apache-beam[gcp] (the dev extra installs it).
+"""
+from __future__ import annotations
+
+from apache_beam.options.pipeline_options import StandardOptions
+
+from dpstream.accounting.ledger import Ledger
+from dpstream.pipelines.config import jobfile
+from dpstream.pipelines.run import runner
+from dpstream.pipelines.run.job_graph import build_pipeline
+from dpstream.pipelines.run.payment import PeriodPayer
+
+JOB = """
+[input]
+format = "pubsub"
+subscription = "projects/demo-project/subscriptions/events"
+timestamp_attribute = "ts"
+user = "user"
+partition = "dest"
+value = "delay"
+partitions = ["A", "B", "C"]
+[window]
+size = "1h"
+start = "2030-01-01T00:00:00Z"
+end = "2030-01-03T00:00:00Z"
+[privacy]
+scope = "hourly"
+epsilon = 2.0
+delta = 1e-6
+unit_period = "1d"
+min_value = -30
+max_value = 120
+[[release]]
+kind = "histogram"
+name = "counts"
+[[release]]
+kind = "quantiles"
+name = "delays"
+quantiles = [0.5, 0.9]
+[[release]]
+kind = "peak"
+name = "busiest"
+period = "1d"
+maximum = 1000
+[output]
+path = "gs://demo-bucket/out"
+format = "jsonl"
+"""
+DATAFLOW = ["--runner=DataflowRunner", "--project=demo-project", "--region=us-central1",
+            "--temp_location=gs://demo-bucket/tmp", "--dry_run=True"]
+
+
+def test_a_paid_streams_graph_translates_for_dataflow_before_any_debit(tmp_path):
+    (tmp_path / "job.toml").write_text(JOB)
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    with Ledger(url, create=True) as ledger:
+        ledger.init_scope("hourly", 100.0, 1e-4, "approx:release_delta=1e-6", unit_period=86400)
+    job = jobfile.load(str(tmp_path / "job.toml"))
+    options = runner.beam_options(job, DATAFLOW)
+    assert options.view_as(StandardOptions).streaming  # a Pub/Sub job is a streaming job
+    job_budget = runner.budget(job, url)
+    ticket = job_budget.open_stream("graph", job.output.path)
+    parts = {spec.name: f"{job.output.path}/windows/{spec.name}" for spec in job.releases}
+    payer = PeriodPayer(url, ticket.stream_id, ticket.session, job.window, job_budget.scope_grid(), None)
+    pipeline = build_pipeline(job, job_budget, options, {}, parts, None, payer, None)
+    result = pipeline.run()  # translated for Dataflow, not submitted
+    assert result.job is not None and '"JOB_TYPE_STREAMING"' in result.job.json()
+    names = {t.unique_name for t in pipeline.runner.proto_pipeline.components.transforms.values()}
+    assert {"Read events", "Release counts", "Release delays", "Release busiest"} <= names
+    assert {f"Write windows {spec.name}/Write part" for spec in job.releases} <= names
+    with Ledger(url) as ledger:
+        (stream,) = ledger.streams_of("hourly")
+        assert ledger.history("hourly") == [] and not stream.debited and stream.status == "streaming"
