@@ -77,9 +77,10 @@ def smallest_sigma_threshold(plan: SvtPlan) -> float:
 
 def _histogram(plan: HistogramPlan, bounds: ContributionBounds) -> str:
     if plan.mechanism in ("mean", "variance"):
+        lower, upper = plan.value_range
         return (f"a {plan.mechanism} over n records: error about {plan.noise_stddev:.4g} / n or less (RMSE; for n well "
-                f"above the count's noise {plan.noise:.4g}), never outside [{plan.value_range[0]:g}, "
-                f"{plan.value_range[1]:g}]")
+                f"above the count's noise standard deviation {plan.part_stddev(plan.noise):.4g}), never outside "
+                f"[{lower:g}, {upper:g}]")
     text = (f"each value's error: RMSE {plan.noise_stddev:.4g} (unclamped), within +-{Z975 * plan.noise_stddev:.4g} "
             f"95% of the time")
     if plan.mechanism == "gaussian_threshold":
