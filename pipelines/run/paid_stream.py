@@ -175,8 +175,8 @@ def _payment_lease(job: Job, lease_seconds: float) -> float:
     (plus lateness), so a pipeline whose launcher left keeps its session from one window to the next. (With the
     launcher there, its lease keeper renews the lease, and a killed launcher's session expires after
     `lease_seconds`.)"""
-    window = job.window
-    longest = max(window.bounds(i)[1] - window.bounds(i)[0] for i in range(min(window.count, 64)))
+    window = job.window  # every window: calendar days and months differ in length (a fall-back day has 25 hours)
+    longest = max(window.bounds(i)[1] - window.bounds(i)[0] for i in range(window.count))
     return max(lease_seconds, 2 * (max(longest, window.step) + window.allowed_lateness))
 
 
