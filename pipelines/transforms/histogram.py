@@ -89,7 +89,8 @@ def moment_parts(plan: HistogramPlan, parts, rng, bounds: tuple[ContributionBoun
     """The noisy parts of a mean or a variance for one window, per partition (`partitions`, default the listed
     ones): the noisy record count, the noisy centred sum and (variance) the noisy sum of squares
     (`specs.moment_bounds`; pandas Series of int64 units of each part's quantum; partitions without records count
-    0). Privacy: one Gaussian mechanism per part, whose shifts over their sigmas add up to the planned event
+    0). Privacy: one Gaussian mechanism per part, whose shifts over their sigmas add up to the planned event, or
+    (Laplace) one Laplace mechanism per part and cell at the count's ratio of sensitivity to scale
     (`planning.histogram._moments_draft`); over unknown partitions, on the partitions the selection chose."""
     sigmas = [sigma for sigma in (plan.noise, plan.extra_noise, plan.square_noise)[:len(parts)] if sigma is not None]
     if len(sigmas) != len(parts) or plan.middle is None:
