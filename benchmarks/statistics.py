@@ -92,48 +92,67 @@ def _quantile_name(q: float) -> str:
     return f"p{round(100 * q)}"
 
 
-def dpstream_quantiles(data: dict, epsilon: float, directory: str, seed: int) -> dict:
-    """(seconds, {"p50": {(month, dest): value}, "p90": ...}) of one dpstream quantiles release."""
-    spec = QuantilesSpec("stat", quantiles=QUANTILES, partitions=data["partitions"])
-    plan = plan_job((spec,), MONTH_BOUNDS, data["months"], epsilon, DELTA, unit_period="1month")
+def _dpstream_rows(data: dict, spec, bounds: ContributionBounds, window: WindowSpec, unit_period, epsilon: float,
+                   directory: str, seed: int) -> tuple[float, list[dict], dict[float, int]]:
+    """(seconds, released rows, window start -> window index) of one dpstream release alone over the Parquet."""
+    plan = plan_job((spec,), bounds, window, epsilon, DELTA, unit_period=unit_period)
 
     def build(pipeline):
         batches = (pipeline | "Read" >> beam.io.ReadFromParquetBatched(data["path"], columns=EVENT_SCHEMA.names)
                    | "Batches" >> beam.FlatMap(_to_batches))
-        return release_graph(batches, (spec,), plan, MONTH_BOUNDS, data["months"], seed)[0]["stat"]
+        return release_graph(batches, (spec,), plan, bounds, window, seed)[0][spec.name]
 
     seconds, rows = _run(build, directory)
-    starts = {data["months"].bounds(i)[0]: i for i in range(data["months"].count)}
+    return seconds, rows, {window.bounds(i)[0]: i for i in range(window.count)}
+
+
+def _window_of(starts: dict[float, int], row: dict) -> int:
+    return starts[pd.Timestamp(row["window_start"]).timestamp()]
+
+
+def _pipelinedp_rows(data: dict, column: str, window: WindowSpec, bounds: ContributionBounds, metrics: list,
+                     fields: list[str], epsilon: float, directory: str) -> tuple[float, list]:
+    """(seconds, [window, partition, *fields] rows) of one PipelineDP aggregation with privacy id (user, `column`)
+    over the public partitions (`column` index, destination)."""
+    import pipeline_dp
+
+    public = [(w, p) for w in range(window.count) for p in data["partitions"]]
+
+    def build(pipeline):
+        accountant = pipeline_dp.PLDBudgetAccountant(total_epsilon=epsilon, total_delta=DELTA)
+        engine = pipeline_dp.DPEngine(accountant, pipeline_dp.BeamBackend())
+        rows = pipeline | "Read" >> beam.io.ReadFromParquet(data["path"], columns=["user", column, "partition", "value"])
+        extractors = pipeline_dp.DataExtractors(privacy_id_extractor=lambda r: (r["user"], r[column]),
+                                                partition_extractor=lambda r: (r[column], r["partition"]),
+                                                value_extractor=lambda r: r["value"])
+        params = pipeline_dp.AggregateParams(noise_kind=pipeline_dp.NoiseKind.GAUSSIAN, metrics=metrics,
+                                             max_partitions_contributed=bounds.max_partitions,
+                                             max_contributions_per_partition=bounds.max_contributions,
+                                             min_value=bounds.min_value, max_value=bounds.max_value)
+        result = engine.aggregate(rows, params, extractors, public_partitions=public)
+        accountant.compute_budgets()
+        return result | beam.Map(lambda kv: [kv[0][0], kv[0][1], *(float(getattr(kv[1], f)) for f in fields)])
+
+    return _run(build, directory)
+
+
+def dpstream_quantiles(data: dict, epsilon: float, directory: str, seed: int) -> dict:
+    """(seconds, {"p50": {(month, dest): value}, "p90": ...}) of one dpstream quantiles release."""
+    spec = QuantilesSpec("stat", quantiles=QUANTILES, partitions=data["partitions"])
+    seconds, rows, starts = _dpstream_rows(data, spec, MONTH_BOUNDS, data["months"], "1month", epsilon, directory,
+                                           seed)
     values: dict = {_quantile_name(q): {} for q in QUANTILES}
     for r in rows:
-        values[_quantile_name(r["quantile"])][(starts[pd.Timestamp(r["window_start"]).timestamp()], r["partition"])] = r["value"]
+        values[_quantile_name(r["quantile"])][(_window_of(starts, r), r["partition"])] = r["value"]
     return {"seconds": seconds, "values": values}
 
 
 def pipelinedp_quantiles(data: dict, epsilon: float, directory: str) -> dict:
     import pipeline_dp
 
-    public = [(m, p) for m in range(data["months"].count) for p in data["partitions"]]
-
-    def build(pipeline):
-        accountant = pipeline_dp.PLDBudgetAccountant(total_epsilon=epsilon, total_delta=DELTA)
-        engine = pipeline_dp.DPEngine(accountant, pipeline_dp.BeamBackend())
-        rows = pipeline | "Read" >> beam.io.ReadFromParquet(data["path"], columns=["user", "month", "partition", "value"])
-        extractors = pipeline_dp.DataExtractors(privacy_id_extractor=lambda r: (r["user"], r["month"]),
-                                                partition_extractor=lambda r: (r["month"], r["partition"]),
-                                                value_extractor=lambda r: r["value"])
-        params = pipeline_dp.AggregateParams(
-            noise_kind=pipeline_dp.NoiseKind.GAUSSIAN,
-            metrics=[pipeline_dp.Metrics.PERCENTILE(round(100 * q)) for q in QUANTILES],
-            max_partitions_contributed=MONTH_BOUNDS.max_partitions,
-            max_contributions_per_partition=MONTH_BOUNDS.max_contributions,
-            min_value=MONTH_BOUNDS.min_value, max_value=MONTH_BOUNDS.max_value)
-        result = engine.aggregate(rows, params, extractors, public_partitions=public)
-        accountant.compute_budgets()
-        names = [f"percentile_{round(100 * q)}" for q in QUANTILES]
-        return result | beam.Map(lambda kv: [kv[0][0], kv[0][1], *(float(getattr(kv[1], n)) for n in names)])
-
-    seconds, rows = _run(build, directory)
+    seconds, rows = _pipelinedp_rows(
+        data, "month", data["months"], MONTH_BOUNDS, [pipeline_dp.Metrics.PERCENTILE(round(100 * q)) for q in QUANTILES],
+        [f"percentile_{round(100 * q)}" for q in QUANTILES], epsilon, directory)
     values: dict = {_quantile_name(q): {} for q in QUANTILES}
     for month, partition, *released in rows:
         for q, value in zip(QUANTILES, released):
@@ -157,42 +176,16 @@ def quantile_scenario(data: dict, epsilon: float, directory: str, draws: int) ->
 
 def dpstream_run(data: dict, metric: str, epsilon: float, directory: str, seed: int) -> dict:
     spec = HistogramSpec("stat", partitions=data["partitions"], metric=metric)
-    plan = plan_job((spec,), BOUNDS, data["window"], epsilon, DELTA, unit_period=DAY)
-
-    def build(pipeline):
-        batches = (pipeline | "Read" >> beam.io.ReadFromParquetBatched(data["path"], columns=EVENT_SCHEMA.names)
-                   | "Batches" >> beam.FlatMap(_to_batches))
-        return release_graph(batches, (spec,), plan, BOUNDS, data["window"], seed)[0]["stat"]
-
-    seconds, rows = _run(build, directory)
-    starts = {data["window"].bounds(i)[0]: i for i in range(data["window"].count)}
-    values = {(starts[pd.Timestamp(r["window_start"]).timestamp()], r["partition"]): r["value"] for r in rows}
-    return {"seconds": seconds, "values": values}
+    seconds, rows, starts = _dpstream_rows(data, spec, BOUNDS, data["window"], DAY, epsilon, directory, seed)
+    return {"seconds": seconds, "values": {(_window_of(starts, r), r["partition"]): r["value"] for r in rows}}
 
 
 def pipelinedp_run(data: dict, metric: str, epsilon: float, directory: str) -> dict:
     import pipeline_dp
 
-    public = [(w, p) for w in range(data["window"].count) for p in data["partitions"]]
     chosen = {"mean": pipeline_dp.Metrics.MEAN, "users": pipeline_dp.Metrics.PRIVACY_ID_COUNT}[metric]
-
-    def build(pipeline):
-        accountant = pipeline_dp.PLDBudgetAccountant(total_epsilon=epsilon, total_delta=DELTA)
-        engine = pipeline_dp.DPEngine(accountant, pipeline_dp.BeamBackend())
-        rows = pipeline | "Read" >> beam.io.ReadFromParquet(data["path"], columns=["user", "window", "partition", "value"])
-        extractors = pipeline_dp.DataExtractors(privacy_id_extractor=lambda r: (r["user"], r["window"]),
-                                                partition_extractor=lambda r: (r["window"], r["partition"]),
-                                                value_extractor=lambda r: r["value"])
-        params = pipeline_dp.AggregateParams(noise_kind=pipeline_dp.NoiseKind.GAUSSIAN, metrics=[chosen],
-                                             max_partitions_contributed=BOUNDS.max_partitions,
-                                             max_contributions_per_partition=BOUNDS.max_contributions,
-                                             min_value=BOUNDS.min_value, max_value=BOUNDS.max_value)
-        result = engine.aggregate(rows, params, extractors, public_partitions=public)
-        accountant.compute_budgets()
-        field = "mean" if metric == "mean" else "privacy_id_count"
-        return result | beam.Map(lambda kv: [kv[0][0], kv[0][1], float(getattr(kv[1], field))])
-
-    seconds, rows = _run(build, directory)
+    field = "mean" if metric == "mean" else "privacy_id_count"
+    seconds, rows = _pipelinedp_rows(data, "window", data["window"], BOUNDS, [chosen], [field], epsilon, directory)
     return {"seconds": seconds, "values": {(int(w), p): v for w, p, v in rows}}
 
 
