@@ -1,11 +1,19 @@
 """Shared fixtures for the pipeline tests: synthetic event batches and a Beam-free driver of the bounding DoFns."""
 from __future__ import annotations
 
+import json
+import os
+import tempfile
 from collections import defaultdict
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.test_stream import TestStream
+from apache_beam.testing.util import assert_that
+from apache_beam.transforms.window import TimestampedValue
 
 from dpstream.connectors.schema import EVENT_SCHEMA, MICROS
 from dpstream.pipelines.transforms.aggregation import (
@@ -15,6 +23,7 @@ from dpstream.pipelines.transforms.aggregation import (
     empty_sums_and_units,
 )
 from dpstream.pipelines.transforms.bounding import _BoundCapped, _BoundWindow, _kept_cells, _Keys, _PreAggregate
+from dpstream.pipelines.transforms.graph import release_graph
 
 START = 1356998400  # 2013-01-01T00:00:00Z
 DAY = 86400
@@ -83,3 +92,32 @@ def bounded_sums(batches, bounds, window, partitions=None, seed=0, shards=1, uni
         partial[index].append(sums)
     combine = SumSeriesFn(empty_sums_and_units if units else empty_bucket_counts if grid is not None else empty_sums)
     return {index: combine.extract_output(parts) for index, parts in partial.items()}
+
+
+def out_of_order_stream(chunks) -> TestStream:
+    """A TestStream of record batches, the latest first, each timestamped at its first record, then the watermark
+    to infinity."""
+    stream = TestStream()
+    for chunk in reversed(chunks):
+        stream.add_elements([TimestampedValue(chunk, chunk.column(1)[0].as_py() // 1000 / 1e3)])
+    return stream.advance_watermark_to_infinity()
+
+
+def graph_rows(source, releases, plan, bounds, window, seed: int, streaming: bool = False) -> dict[str, list[dict]]:
+    """Release name -> its rows (sorted), from running the release graph on `pipeline | source` on the
+    DirectRunner (`source`: `beam.Create(batches)`, or a TestStream with `streaming`)."""
+    directory = tempfile.mkdtemp(prefix="dpstream-graph-")
+    options = PipelineOptions()
+    options.view_as(StandardOptions).streaming = streaming
+    with TestPipeline(options=options) as pipeline:
+        outputs = release_graph(pipeline | source, releases, plan, bounds, window, seed=seed)[0]
+        for name, rows in outputs.items():
+            assert_that(rows, _store_sorted(os.path.join(directory, f"{name}.json")), label=f"Store {name}")
+    return {name: json.load(open(os.path.join(directory, f"{name}.json"))) for name in outputs}
+
+
+def _store_sorted(path: str):
+    def matcher(actual):
+        with open(path, "w") as handle:
+            json.dump(sorted(actual, key=lambda r: json.dumps(r, sort_keys=True)), handle)
+    return matcher

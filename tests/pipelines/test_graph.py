@@ -1,10 +1,6 @@
 """The release graph on the DirectRunner: known vs unknown partitions, empty windows, and batch = streaming."""
 from __future__ import annotations
 
-import json
-import os
-import tempfile
-
 import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
@@ -16,7 +12,7 @@ from dpstream.pipelines.config.specs import ContributionBounds, HistogramSpec, P
 from dpstream.pipelines.planning import plan_job
 from dpstream.pipelines.transforms.graph import release_graph
 from dpstream.pipelines.transforms.windowing import iso
-from tests.pipelines.helpers import DAY, START, events, random_events
+from tests.pipelines.helpers import DAY, START, events, graph_rows, random_events
 
 DAYS = 4
 WINDOW = WindowSpec(size=DAY, start=START, end=START + DAYS * DAY)
@@ -49,23 +45,10 @@ def plan():
     return plan_job(RELEASES, BOUNDS, WINDOW, 3.0, 1e-6)
 
 
-def _store(path):
-    def matcher(actual):
-        with open(path, "w") as handle:
-            json.dump(sorted(actual, key=lambda r: json.dumps(r, sort_keys=True)), handle)
-    return matcher
-
-
 @pytest.fixture(scope="module")
 def batch_rows(plan):
     common, rare = _data()
-    directory = tempfile.mkdtemp(prefix="dpstream-graph-")
-    with TestPipeline() as pipeline:
-        batches = pipeline | beam.Create(_chunks(common, rare))
-        outputs = release_graph(batches, RELEASES, plan, BOUNDS, WINDOW, seed=SEED)[0]
-        for name, rows in outputs.items():
-            assert_that(rows, _store(os.path.join(directory, f"{name}.json")), label=f"Store {name}")
-    return {name: json.load(open(os.path.join(directory, f"{name}.json"))) for name in outputs}
+    return graph_rows(beam.Create(_chunks(common, rare)), RELEASES, plan, BOUNDS, WINDOW, SEED)
 
 
 def test_known_partitions_appear_in_every_window_empty_or_not(batch_rows):
@@ -118,17 +101,6 @@ def test_streaming_with_out_of_order_batches_equals_batch(plan, batch_rows):
             assert_that(rows, equal_to(batch_rows[name]), label=f"Streaming equals batch {name}")
 
 
-def _run_graph(batches_or_stream, plan, bounds, streaming: bool) -> dict:
-    directory = tempfile.mkdtemp(prefix="dpstream-graph-")
-    options = PipelineOptions()
-    options.view_as(StandardOptions).streaming = streaming
-    with TestPipeline(options=options) as pipeline:
-        outputs = release_graph(pipeline | batches_or_stream, RELEASES, plan, bounds, WINDOW, seed=SEED)[0]
-        for name, rows in outputs.items():
-            assert_that(rows, _store(os.path.join(directory, f"{name}.json")), label=f"Store {name}")
-    return {name: json.load(open(os.path.join(directory, f"{name}.json"))) for name in outputs}
-
-
 def test_streaming_with_a_window_cap_equals_batch_where_no_user_exceeds_it():
     """max_windows = 3 of 4 windows, day 2 empty: no user reaches more than 3 windows, so the stream's first 3
     and the batch's random 3 keep the same records, and every release kind gives the batch rows (noise seeded
@@ -142,8 +114,8 @@ def test_streaming_with_a_window_cap_equals_batch_where_no_user_exceeds_it():
     for chunk in chunks[::-1]:  # the latest first
         stream.add_elements([beam.window.TimestampedValue(chunk, START + 1)])
     stream.advance_watermark_to_infinity()
-    batch = _run_graph(beam.Create(chunks), capped, bounds, streaming=False)
-    assert _run_graph(stream, capped, bounds, streaming=True) == batch
+    batch = graph_rows(beam.Create(chunks), RELEASES, capped, bounds, WINDOW, SEED)
+    assert graph_rows(stream, RELEASES, capped, bounds, WINDOW, SEED, streaming=True) == batch
     assert len(batch["known"]) == DAYS * len(LISTED) and len(batch["peak"]) == 2
 
 

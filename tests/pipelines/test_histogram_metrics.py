@@ -8,20 +8,13 @@ users metric in which one user adds many records to a partition, with bounding b
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-import os
-import tempfile
 
 import apache_beam as beam
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
-from apache_beam.testing.test_pipeline import TestPipeline
-from apache_beam.testing.test_stream import TestStream
-from apache_beam.testing.util import assert_that
 from scipy import stats
 
 from dpstream.accounting.events import Laplace
@@ -38,10 +31,17 @@ from dpstream.pipelines.config.specs import (
 from dpstream.pipelines.mechanisms.noise import SecureRandom
 from dpstream.pipelines.planning import PlanningError, plan_job
 from dpstream.pipelines.planning.utility import expected_utility
-from dpstream.pipelines.transforms.graph import release_graph
 from dpstream.pipelines.transforms.histogram import histogram_release, mean_release, variance_release
 from tests.falsification.harness import audit
-from tests.pipelines.helpers import DAY, START, bounded_sums, events, random_events
+from tests.pipelines.helpers import (
+    DAY,
+    START,
+    bounded_sums,
+    events,
+    graph_rows,
+    out_of_order_stream,
+    random_events,
+)
 
 W = 5
 WINDOW = WindowSpec(size=DAY, start=START, end=START + W * DAY)
@@ -57,16 +57,7 @@ def _frame(batch) -> pd.DataFrame:
 
 def _released_rows(batch, releases, plan, bounds: ContributionBounds, name: str) -> list[dict]:
     """The rows release `name` publishes from `batch`, by the release graph on the DirectRunner (seed 8)."""
-    directory = tempfile.mkdtemp(prefix="dpstream-metric-")
-
-    def store(rows):
-        with open(os.path.join(directory, "rows.json"), "w") as handle:
-            json.dump(list(rows), handle)
-
-    with TestPipeline() as pipeline:
-        outputs = release_graph(pipeline | beam.Create([batch]), releases, plan, bounds, WINDOW, seed=8)[0]
-        assert_that(outputs[name], store)
-    return json.load(open(os.path.join(directory, "rows.json")))
+    return graph_rows(beam.Create([batch]), releases, plan, bounds, WINDOW, 8)[name]
 
 
 def test_metric_bounds_and_sensitivities():
@@ -207,42 +198,54 @@ def test_a_run_over_unknown_partitions_releases_the_selected_means_and_variances
     """On the DirectRunner at epsilon 1000: the busy partitions are selected in every window, the one-user
     partition "rare" never, and each released mean and variance is within 5 stated standard deviations of the
     clipped values' (false-alarm rate 1e-5 per cell)."""
-    bounds = ContributionBounds(max_partitions=3, max_contributions=8, min_value=-4.0, max_value=3.0)
-    batch = random_events(2000, W, 150, list(PARTITIONS), seed=6, values=True)
+    batch = _run_batch()
     rare = events(["loner"], [START + DAY / 2], ["rare"], [1.0])
-    frame = _frame(batch).assign(value=lambda f: f["value"].clip(-4.0, 3.0))
-    truths = {"mean": frame.groupby(["window", "partition"])["value"].mean(),
-              "variance": frame.groupby(["window", "partition"])["value"].var(ddof=0)}
+    truths = {"mean": _clipped_cells(batch).mean(), "variance": _clipped_cells(batch).var(ddof=0)}
     releases = (HistogramSpec("mean", metric="mean"), HistogramSpec("variance", metric="variance"))
-    plan = plan_job(releases, bounds, WINDOW, 1000.0, 1e-6)
-    starts = {pd.Timestamp(WINDOW.bounds(i)[0], unit="s", tz="UTC"): i for i in range(W)}
+    plan = plan_job(releases, RUN_BOUNDS, WINDOW, 1000.0, 1e-6)
     merged = pa.concat_batches([batch, rare])
     for name in ("mean", "variance"):
-        rows = _released_rows(merged, releases, plan, bounds, name)
-        assert sorted((starts[pd.Timestamp(r["window_start"])], r["partition"]) for r in rows) == [
-            (w, p) for w in range(W) for p in PARTITIONS]
-        for row in rows:
-            expected = truths[name][(starts[pd.Timestamp(row["window_start"])], row["partition"])]
-            assert abs(row["value"] - expected) <= 5 * row["noise_stddev"], row
+        rows = _released_rows(merged, releases, plan, RUN_BOUNDS, name)
+        assert sorted(_cell(r) for r in rows) == [(w, p) for w in range(W) for p in PARTITIONS]
+        _assert_near(rows, truths[name], 5)
+
+
+RUN_BOUNDS = ContributionBounds(max_partitions=3, max_contributions=8, min_value=-4.0, max_value=3.0)
+"""Bounds under which `_run_batch()` keeps every record (checked in test_a_run_releases_the_bounded_means)."""
+
+
+def _run_batch():
+    return random_events(2000, W, 150, list(PARTITIONS), seed=6, values=True)
+
+
+def _clipped_cells(batch):
+    """The batch's values clipped to RUN_BOUNDS, grouped per (window, partition)."""
+    return _frame(batch).assign(value=lambda f: f["value"].clip(-4.0, 3.0)).groupby(["window", "partition"])["value"]
+
+
+def _cell(row: dict) -> tuple[int, str]:
+    """A released row's (window index, partition)."""
+    return round((pd.Timestamp(row["window_start"]).timestamp() - START) / DAY), row["partition"]
+
+
+def _assert_near(rows: list[dict], truth: pd.Series, deviations: float) -> None:
+    """Every row's value within `deviations` of its stated standard deviations of its cell's truth."""
+    for row in rows:
+        assert abs(row["value"] - truth[_cell(row)]) <= deviations * row["noise_stddev"], row
 
 
 def test_a_run_releases_the_bounded_means():
     """On the DirectRunner at epsilon 1000 with bounds that keep every record: each released mean is within 5 of
     its stated standard deviations of the mean of the clipped values (false-alarm rate 1e-5 over the 15 cells),
     and that deviation is below 0.05."""
-    bounds = ContributionBounds(max_partitions=3, max_contributions=8, min_value=-4.0, max_value=3.0)
-    batch = random_events(2000, W, 150, list(PARTITIONS), seed=6, values=True)
-    frame = _frame(batch).assign(value=lambda f: f["value"].clip(-4.0, 3.0))
-    assert frame.groupby(["user", "window", "partition"]).size().max() <= 8  # nothing is dropped
-    truth = frame.groupby(["window", "partition"])["value"].mean()
+    batch = _run_batch()
+    assert _frame(batch).groupby(["user", "window", "partition"]).size().max() <= 8  # nothing is dropped
     releases = (HistogramSpec("mean", partitions=PARTITIONS, metric="mean"),)
-    plan = plan_job(releases, bounds, WINDOW, 1000.0, 1e-6)
-    rows = _released_rows(batch, releases, plan, bounds, "mean")
+    plan = plan_job(releases, RUN_BOUNDS, WINDOW, 1000.0, 1e-6)
+    rows = _released_rows(batch, releases, plan, RUN_BOUNDS, "mean")
     assert len(rows) == W * len(PARTITIONS)
-    starts = {pd.Timestamp(WINDOW.bounds(i)[0], unit="s", tz="UTC"): i for i in range(W)}
-    for row in rows:
-        expected = truth[(starts[pd.Timestamp(row["window_start"])], row["partition"])]
-        assert abs(row["value"] - expected) <= 5 * row["noise_stddev"] and 0 < row["noise_stddev"] < 0.05
+    _assert_near(rows, _clipped_cells(batch).mean(), 5)
+    assert all(0 < row["noise_stddev"] < 0.05 for row in rows)
 
 
 def test_mean_errors_have_the_stated_spread():
@@ -299,18 +302,13 @@ def test_a_run_releases_the_bounded_variances():
     """On the DirectRunner at epsilon 1000 with bounds that keep every record: each released variance is within 5
     of its stated standard deviations of the population variance of the clipped values (false-alarm rate 1e-5
     over the 15 cells), and that deviation (a worst case over the variance's position in its range) is below 0.5."""
-    bounds = ContributionBounds(max_partitions=3, max_contributions=8, min_value=-4.0, max_value=3.0)
-    batch = random_events(2000, W, 150, list(PARTITIONS), seed=6, values=True)
-    frame = _frame(batch).assign(value=lambda f: f["value"].clip(-4.0, 3.0))
-    truth = frame.groupby(["window", "partition"])["value"].var(ddof=0)
+    batch = _run_batch()
     releases = (HistogramSpec("variance", partitions=PARTITIONS, metric="variance"),)
-    plan = plan_job(releases, bounds, WINDOW, 1000.0, 1e-6)
-    rows = _released_rows(batch, releases, plan, bounds, "variance")
+    plan = plan_job(releases, RUN_BOUNDS, WINDOW, 1000.0, 1e-6)
+    rows = _released_rows(batch, releases, plan, RUN_BOUNDS, "variance")
     assert len(rows) == W * len(PARTITIONS)
-    starts = {pd.Timestamp(WINDOW.bounds(i)[0], unit="s", tz="UTC"): i for i in range(W)}
-    for row in rows:
-        expected = truth[(starts[pd.Timestamp(row["window_start"])], row["partition"])]
-        assert abs(row["value"] - expected) <= 5 * row["noise_stddev"] and 0 < row["noise_stddev"] < 0.5, row
+    _assert_near(rows, _clipped_cells(batch).var(ddof=0), 5)
+    assert all(0 < row["noise_stddev"] < 0.5 for row in rows)
 
 
 def test_variance_errors_have_the_stated_spread():
@@ -367,17 +365,12 @@ def test_laplace_means_and_variances_are_one_laplace_event_per_part_and_cell(met
 def test_a_run_releases_laplace_means():
     """On the DirectRunner at epsilon 1000 (Laplace): every released mean within 8 stated standard deviations of
     the clipped values' mean (Laplace tails: false-alarm rate below 1e-4 per cell)."""
-    bounds = ContributionBounds(max_partitions=3, max_contributions=8, min_value=-4.0, max_value=3.0)
-    batch = random_events(2000, W, 150, list(PARTITIONS), seed=6, values=True)
-    truth = _frame(batch).assign(value=lambda f: f["value"].clip(-4.0, 3.0)).groupby(["window", "partition"])["value"].mean()
+    batch = _run_batch()
     releases = (HistogramSpec("mean", partitions=PARTITIONS, metric="mean", noise="laplace"),)
-    plan = plan_job(releases, bounds, WINDOW, 1000.0, 1e-6)
-    starts = {pd.Timestamp(WINDOW.bounds(i)[0], unit="s", tz="UTC"): i for i in range(W)}
-    rows = _released_rows(batch, releases, plan, bounds, "mean")
+    plan = plan_job(releases, RUN_BOUNDS, WINDOW, 1000.0, 1e-6)
+    rows = _released_rows(batch, releases, plan, RUN_BOUNDS, "mean")
     assert len(rows) == W * len(PARTITIONS)
-    for row in rows:
-        expected = truth[(starts[pd.Timestamp(row["window_start"])], row["partition"])]
-        assert abs(row["value"] - expected) <= 8 * row["noise_stddev"], row
+    _assert_near(rows, _clipped_cells(batch).mean(), 8)
 
 
 def test_audit_a_laplace_mean_with_the_values_not_centred_is_caught():
@@ -405,36 +398,14 @@ def test_audit_a_laplace_mean_with_the_values_not_centred_is_caught():
 def test_streaming_means_and_variances_equal_batch():
     """Means and variances over known and unknown partitions: a TestStream of the batches, out of order, gives the
     batch run's rows (fixed seed: the same kept records and the same noise per window)."""
-    bounds = ContributionBounds(max_partitions=3, max_contributions=8, min_value=-4.0, max_value=3.0)
+    bounds = RUN_BOUNDS
     common = random_events(1500, W, 120, list(PARTITIONS), seed=12, values=True)
     chunks = [common.slice(i, 500) for i in range(0, common.num_rows, 500)]
     releases = (HistogramSpec("mean", partitions=PARTITIONS, metric="mean"), HistogramSpec("variance", metric="variance"))
     plan = plan_job(releases, bounds, WINDOW, 8.0, 1e-6)
-    stored = {}
-    for streaming in (False, True):
-        directory = tempfile.mkdtemp(prefix="dpstream-moments-")
-        options = PipelineOptions()
-        options.view_as(StandardOptions).streaming = streaming
-        with TestPipeline(options=options) as pipeline:
-            if streaming:
-                stream = TestStream()
-                for chunk in reversed(chunks):
-                    stream.add_elements([beam.window.TimestampedValue(chunk, chunk.column(1)[0].as_py() // 1000 / 1e3)])
-                source = pipeline | stream.advance_watermark_to_infinity()
-            else:
-                source = pipeline | beam.Create(chunks)
-            outputs = release_graph(source, releases, plan, bounds, WINDOW, seed=8)[0]
-            for name, rows in outputs.items():
-                assert_that(rows, _store_sorted(os.path.join(directory, f"{name}.json")), label=f"Store {name}")
-        stored[streaming] = {name: json.load(open(os.path.join(directory, f"{name}.json"))) for name in outputs}
-    assert stored[True] == stored[False] and all(stored[False].values())
-
-
-def _store_sorted(path):
-    def matcher(actual):
-        with open(path, "w") as handle:
-            json.dump(sorted(actual, key=lambda r: json.dumps(r, sort_keys=True)), handle)
-    return matcher
+    batch = graph_rows(beam.Create(chunks), releases, plan, bounds, WINDOW, 8)
+    assert graph_rows(out_of_order_stream(chunks), releases, plan, bounds, WINDOW, 8, streaming=True) == batch
+    assert all(batch.values())
 
 
 def test_a_variance_whose_squares_the_grid_cannot_hold_is_refused_in_one_line():

@@ -3,18 +3,10 @@ counts from bounding, and DirectRunner runs over known and unknown partitions, b
 for a fixed seed), whose draws at a large epsilon are the best grid points of the true ranks."""
 from __future__ import annotations
 
-import json
-import os
-import tempfile
-
 import apache_beam as beam
 import numpy as np
 import pandas as pd
 import pytest
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
-from apache_beam.testing.test_pipeline import TestPipeline
-from apache_beam.testing.test_stream import TestStream
-from apache_beam.testing.util import assert_that, equal_to
 
 from dpstream.accounting.events import BoundedRange, SelfComposed
 from dpstream.pipelines.config import jobfile
@@ -23,8 +15,15 @@ from dpstream.pipelines.mechanisms.noise import SecureRandom
 from dpstream.pipelines.mechanisms.quantiles import ValueGrid
 from dpstream.pipelines.planning import PlanningError, plan_job
 from dpstream.pipelines.planning.utility import expected_utility
-from dpstream.pipelines.transforms.graph import release_graph
-from tests.pipelines.helpers import DAY, START, bounded_sums, events, random_events
+from tests.pipelines.helpers import (
+    DAY,
+    START,
+    bounded_sums,
+    events,
+    graph_rows,
+    out_of_order_stream,
+    random_events,
+)
 
 W = 3
 WINDOW = WindowSpec(size=DAY, start=START, end=START + W * DAY)
@@ -147,13 +146,6 @@ def _best_points(values: np.ndarray, q: float, grid: ValueGrid) -> set[float]:
     return set(grid.points(np.flatnonzero(error == error.min())).tolist())
 
 
-def _store(path):
-    def matcher(actual):
-        with open(path, "w") as handle:
-            json.dump(sorted(actual, key=lambda r: json.dumps(r, sort_keys=True)), handle)
-    return matcher
-
-
 RELEASES = (QuantilesSpec("known", quantiles=[0.25, 0.5, 0.9], partitions=PARTITIONS + ("Z",), buckets=10),
             QuantilesSpec("unknown", quantiles=[0.5], buckets=100))
 
@@ -172,12 +164,7 @@ def plan():
 
 @pytest.fixture(scope="module")
 def batch_rows(plan):
-    directory = tempfile.mkdtemp(prefix="dpstream-quantiles-")
-    with TestPipeline() as pipeline:
-        outputs = release_graph(pipeline | beam.Create(_data()), RELEASES, plan, BOUNDS, WINDOW, seed=SEED)[0]
-        for name, rows in outputs.items():
-            assert_that(rows, _store(os.path.join(directory, f"{name}.json")), label=f"Store {name}")
-    return {name: json.load(open(os.path.join(directory, f"{name}.json"))) for name in outputs}
+    return graph_rows(beam.Create(_data()), RELEASES, plan, BOUNDS, WINDOW, SEED)
 
 
 def test_a_run_draws_the_best_grid_points_at_a_large_epsilon(plan, batch_rows):
@@ -208,17 +195,7 @@ def test_unknown_partitions_release_only_selected_ones(batch_rows):
 
 
 def test_streaming_equals_batch(plan, batch_rows):
-    chunks = _data()
-    stream = TestStream()
-    for chunk in reversed(chunks):  # out of order
-        stream.add_elements([beam.window.TimestampedValue(chunk, chunk.column(1)[0].as_py() // 1000 / 1e3)])
-    stream.advance_watermark_to_infinity()
-    options = PipelineOptions()
-    options.view_as(StandardOptions).streaming = True
-    with TestPipeline(options=options) as pipeline:
-        outputs = release_graph(pipeline | stream, RELEASES, plan, BOUNDS, WINDOW, seed=SEED)[0]
-        for name, rows in outputs.items():
-            assert_that(rows, equal_to(batch_rows[name]), label=f"Streaming equals batch {name}")
+    assert graph_rows(out_of_order_stream(_data()), RELEASES, plan, BOUNDS, WINDOW, SEED, streaming=True) == batch_rows
 
 
 def test_a_grid_finer_than_the_value_rounding_is_refused():
