@@ -24,7 +24,7 @@ from typing import Mapping
 from dpstream.accounting.calibrate import CalibratedRelease, Release
 from dpstream.accounting.events import BoundedRange, Event, SelfComposed
 from dpstream.pipelines.config.specs import QuantilesSpec
-from dpstream.pipelines.mechanisms.quantiles import quantile_score_range
+from dpstream.pipelines.mechanisms.quantiles import ValueGrid, quantile_score_range
 from dpstream.pipelines.planning.context import Draft, PlanningContext
 from dpstream.pipelines.planning.errors import PlanningError
 from dpstream.pipelines.planning.histogram import UserSelection
@@ -58,6 +58,11 @@ class QuantilesPlan:
     @property
     def selects(self) -> bool:
         return self.spec.partitions is None
+
+    @property
+    def grid(self) -> ValueGrid:
+        """The public grid the quantiles are drawn on (and the values bucketed on)."""
+        return ValueGrid(*self.value_range, self.spec.buckets)
 
     @property
     def step(self) -> float:

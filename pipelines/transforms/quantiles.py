@@ -23,7 +23,6 @@ import pandas as pd
 
 from dpstream.pipelines import mechanisms
 from dpstream.pipelines.config.specs import WindowSpec
-from dpstream.pipelines.mechanisms.quantiles import ValueGrid
 from dpstream.pipelines.planning.quantiles import QuantilesPlan
 from dpstream.pipelines.transforms.aggregation import WindowedRelease
 from dpstream.pipelines.transforms.selection import selected_by_users
@@ -50,7 +49,7 @@ window's memory does not grow with partitions x buckets."""
 def quantiles_release(plan: QuantilesPlan, partitions: list[str], counts: pd.Series, rng) -> np.ndarray:
     """The released quantile values of one window: (partitions, quantiles), each row in increasing order; drawn in
     blocks of partitions (`CHUNK_CELLS`; each draw is independent, so blocks change nothing but memory)."""
-    grid, buckets = ValueGrid(*plan.value_range, plan.spec.buckets), plan.spec.buckets
+    grid, buckets = plan.grid, plan.spec.buckets
     step = max(1, CHUNK_CELLS // (buckets + 1))
     blocks = [mechanisms.exponential_quantiles(
         bucket_matrix(counts, partitions[first:first + step], buckets), plan.spec.quantiles, plan.epsilon, rng,
@@ -93,8 +92,7 @@ class PrivateQuantiles(WindowedRelease):
 
     def expand(self, batches):
         plan = self._plan
-        grid = ValueGrid(*plan.value_range, plan.spec.buckets)
-        parts = [self._window_sums(batches, plan.spec.partitions, buckets=grid, label="Values: ")
+        parts = [self._window_sums(batches, plan.spec.partitions, buckets=plan.grid, label="Values: ")
                  | "Tag buckets" >> beam.MapTuple(lambda index, part: (index, (0, part)))]
         if plan.selects:
             parts.append(self._window_users(batches) | "Tag users" >> beam.MapTuple(lambda index, part: (index, (1, part))))
