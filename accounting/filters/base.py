@@ -22,7 +22,7 @@ from fractions import Fraction
 from typing import Any, ClassVar, Mapping
 
 from dpstream.accounting.composition import leaf_counts
-from dpstream.accounting.events import Event, InvalidEventError
+from dpstream.accounting.events import Event, InvalidEventError, SelfComposed
 
 
 class UnsupportedByFilterError(ValueError):
@@ -173,6 +173,29 @@ class EventFilter(PrivacyFilter):
                 self._halted = True
             return False
         self._apply(new_state)
+        return True
+
+    def charges_evenly(self, part: Event, times: int) -> bool:
+        """Whether `times` charges of `part`, one filter round each, are all admitted now and leave this filter
+        where one charge of their composition would (to 1e-9 relative in every term of `left_terms`). Then a
+        stream may pay window by window at no more than the price of all its windows at once
+        (docs/proofs/pipelines.run.stream.md, plain scopes). Changes nothing.
+
+        Tried on copies of the filter; a filter whose price is not additive over rounds (`_prices_additively`)
+        answers False without trying, as does one that cannot price `part`. Runtime: `times` charges of `part`."""
+        whole, split = EventFilter.from_dict(self.to_dict()), EventFilter.from_dict(self.to_dict())
+        try:
+            if times < 1 or not self._prices_additively(self._leaves(part)):
+                return False
+            if not whole.try_spend(SelfComposed(part, times)) or not all(split.try_spend(part) for _ in range(times)):
+                return False
+        except ValueError:  # leaves the filter cannot price (UnsupportedByFilterError): it admits neither way
+            return False
+        left_whole, left_split = whole.left_terms(), split.left_terms()
+        return all(left_split[name] >= value - 1e-9 * max(1.0, abs(value)) for name, value in left_whole.items())
+
+    def _prices_additively(self, leaves: Mapping[Event, int]) -> bool:
+        """Whether the price of `leaves` can be additive over rounds (a cheap gate before `charges_evenly` tries)."""
         return True
 
     def cost_terms(self, event: Event) -> dict[str, float]:

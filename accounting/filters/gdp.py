@@ -323,6 +323,11 @@ class GDPResidueFilter(GDPFilter):
             f"the scope is {self.mu:.6g}-GDP"
         )
 
+    def _prices_additively(self, leaves: Mapping[Event, int]) -> bool:
+        """Gaussian leaves only: then the residue is the naive filter's; pure leaves keep more budget when charged
+        together than one round at a time."""
+        return not _gdp_leaves(self, leaves)[1]
+
     def _charge(self, leaves: Mapping[Event, int]) -> float | None:
         gaussian_sq, pure = _gdp_leaves(self, leaves)
         if not pure:  # GDP is closed under composition: the residue is the naive one (Regehr et al. §4)

@@ -228,6 +228,18 @@ class ApproxDPFilter(EventFilter):
 
         return min(candidates, key=share)
 
+    def charges_evenly(self, part: Event, times: int) -> bool:
+        """`EventFilter.charges_evenly` from two prices: the basic one must be charged for `part` and for its
+        `times`-fold composition (then `times` rounds of `part` add up to exactly the composition's price), and
+        the composition must fit. A release priced by the accountant composes below the sum of its parts, so
+        splitting it into rounds would cost more: False."""
+        leaves = self._leaves(part)
+        basic = basic_total(leaves)
+        if times < 1 or basic is None or self.price(leaves) != basic:
+            return False
+        whole = {leaf: count * times for leaf, count in leaves.items()}
+        return self.price(whole) == (basic[0] * times, basic[1] * times) and self._charge(whole) is not None
+
     def cost_terms(self, event: Event) -> dict[str, float]:
         epsilon, delta = self.price(self._leaves(event))
         return {"epsilon": math.inf if epsilon is None else float_up(epsilon), "delta": float_up(delta)}

@@ -51,7 +51,7 @@ from dpstream.accounting.ledger.streams import (
     StreamRecord,
     StreamTicket,
     check_template,
-    decide_period,
+    decide_step,
     decided,
     find_open,
     lease_is_live,
@@ -450,12 +450,12 @@ class Ledger:
 
     def open_stream(self, scope: str, event: Event, label: str, *, output: str, job: str,
                     lease_seconds: float = DEFAULT_LEASE_SECONDS) -> StreamTicket:
-        """Open a stream that pays `event` per period of the period scope `scope` as it publishes into `output`
-        (`accounting.ledger.streams`), or resume the stream of the same `job` (a digest of the public job) into
-        `output` that stopped, was killed or lost its lease: it keeps its decided periods and starts a new
-        session. Nothing is debited (`debit_stream` debits). LedgerError when the scope is plain, the output is
+        """Open a stream that pays `event` per step as it publishes into `output` (`accounting.ledger.streams`):
+        per period of a period scope, per window of a plain scope. Or resume the stream of the same `job` (a digest
+        of the public job) into `output` that stopped, was killed or lost its lease: it keeps its decided steps
+        and starts a new session. Nothing is debited (`debit_stream` debits). LedgerError when the output is
         leased to a live run or stream, or the output's stream was made by another job; a refused ticket is
-        never returned: a stream no fresh period could admit raises LedgerError too, with the refusal."""
+        never returned: a stream no step could admit raises LedgerError too, with the refusal."""
         _check_event(label, event, None)
         _check_name("output", output, 4000)
         if not (math.isfinite(lease_seconds) and lease_seconds > 0):
@@ -476,7 +476,7 @@ class Ledger:
                                   f"and budget); write to another output; nothing was debited")
             if found is not None and found.events != json.dumps(event.to_dict()):
                 raise LedgerError(f"output {output} holds stream {found.id} ({found.label!r}), which charges each "
-                                  f"period {found.events}, but this run's plan charges {json.dumps(event.to_dict())} "
+                                  f"step {found.events}, but this run's plan charges {json.dumps(event.to_dict())} "
                                   f"(the planner changed, e.g. another dpstream version); a stream resumes only "
                                   f"under its own plan; write to another output; nothing was debited")
             if found is None:
@@ -491,15 +491,18 @@ class Ledger:
                     updated_at=now_text()))
             debited, refused = decided(self.tables, conn, stream_id)
         verb = "resumed" if found is not None else "opened"
+        step = "window" if grid is None else "period"
+        pays = ("each window when it is released" if grid is None
+                else f"each {grid.text} period when its first window is released")
         return StreamTicket(stream_id, session, found is not None, grid, tuple(sorted(debited)), refused,
-                            f"{verb}: stream {stream_id} ({label!r}) on scope {scope!r} pays each {grid.text} period "
-                            f"when its first window is released" + (f" ({len(debited)} period(s) paid before)"
-                                                                   if debited else ""))
+                            f"{verb}: stream {stream_id} ({label!r}) on scope {scope!r} pays {pays}"
+                            + (f" ({len(debited)} {step}(s) paid before)" if debited else ""))
 
-    def debit_stream(self, stream_id: int, session: int, periods: Periods,
+    def debit_stream(self, stream_id: int, session: int, steps: Periods | tuple[int, ...],
                      lease_seconds: float | None = None) -> dict[int, str | None]:
-        """Debit each of `periods` for the stream once, or record its refusal: period -> None (debited, now or
-        before) or the refusal. One transaction; the same answer for every later ask. `lease_seconds`: also
+        """Debit each of `steps` for the stream once, or record its refusal: step -> None (debited, now or before)
+        or the refusal. `steps`: the `Periods` of a period scope, or window indices on a plain scope. One
+        transaction; the same answer for every later ask. `lease_seconds`: also
         extend the session's lease to at least that long from now (a pipeline whose launcher left keeps its
         stream live by releasing windows). LedgerError when the stream is not streaming in `session` (stopped,
         finished, or resumed by a newer session)."""
@@ -520,16 +523,16 @@ class Ledger:
                     lease_until=max(stream.lease_until, time.time() + lease_seconds), updated_at=now_text()))
             debited, refused = decided(self.tables, conn, stream_id)
             grid = stream_grid(row)
-            if periods.grid != grid:
-                raise LedgerError(f"scope {scope!r} has periods of {grid.text}, not {periods.grid.text}")
             out: dict[int, str | None] = {}
-            for period in periods.indices():
-                if period in debited:
-                    out[period] = None
-                elif period in refused:
-                    out[period] = refused[period]
+            for step in _stream_steps(scope, grid, steps):
+                if step in debited:
+                    out[step] = None
+                elif step in refused:
+                    out[step] = refused[step]
                 else:
-                    out[period] = decide_period(self.tables, conn, row, stream, period, grid)
+                    out[step] = decide_step(self.tables, conn, row, stream, step, grid)
+                    if grid is None:  # the scope's one filter changed: the next window is decided on its new state
+                        row = self._lock_scope(conn, scope)
         return out
 
     def renew_stream(self, stream_id: int, session: int, lease_seconds: float = DEFAULT_LEASE_SECONDS) -> None:
@@ -897,6 +900,19 @@ def _grid_rule(grid: PeriodGrid) -> str:
         return (f"{grid.text} period (period k covers [k*{grid.seconds}, (k+1)*{grid.seconds}) seconds since "
                 f"1970-01-01T00:00:00Z)")
     return f"{grid.text} period (local midnight to local midnight, following daylight-saving changes)"
+
+
+def _stream_steps(scope: str, grid: PeriodGrid | None, steps: Periods | tuple[int, ...]) -> list[int]:
+    """The step indices a stream asks for: periods of the scope's own grid, or windows (>= 0) of a plain scope."""
+    if grid is not None:
+        if not isinstance(steps, Periods) or steps.grid != grid:
+            raise LedgerError(f"scope {scope!r} has periods of {grid.text}: a stream on it pays periods of that "
+                              f"grid, got {steps!r}")
+        return list(steps.indices())
+    if isinstance(steps, Periods) or not all(isinstance(i, int) and i >= 0 for i in steps):
+        raise LedgerError(f"scope {scope!r} has one budget, so a stream on it pays window indices (integers >= 0), "
+                          f"got {steps!r}")
+    return list(steps)
 
 
 def _first_chars(text: str, limit: int = 2000) -> str:

@@ -1,19 +1,22 @@
 """Streams that pay as they release: a period scope debited one period at a time, when the period's first window
-is about to be published (`Ledger.open_stream`, `debit_stream`).
+is about to be published, or a plain scope debited one window at a time (`Ledger.open_stream`, `debit_stream`).
 
-A stream is one streaming job publishing into one output location. It opens with the event that one period is
-charged (the plan's composition for one user x period unit, fixed before any record is read) and holds a
-lease, like a run. Its pipeline asks `debit_stream` for the periods a window overlaps before it publishes the
-window; each (stream, period) is decided once: the first ask debits the period's filter (or records its
-refusal) and every later ask, from any worker or retry, gets the same answer without debiting again. So a
-period is charged at most once per stream, and only when a window touching it is about to be released; a
-stopped or crashed stream resumed later (`open_stream` on the same output with the same job) keeps its decided
-periods and starts a new session: debits from an older session (a zombie worker) are refused.
+A stream is one streaming job publishing into one output location. It opens with the event one step is
+charged, fixed before any record is read: on a period scope the plan's composition for one user x period unit
+(a step is a period), on a plain scope the plan's mechanism for one window (a step is a window, `JobPlan.
+window_event`). It holds a lease, like a run. Its pipeline asks `debit_stream` for the steps a window needs
+before it publishes the window; each (stream, step) is decided once: the first ask debits the filter (the
+period's, or the scope's one) or records its refusal, and every later ask, from any worker or retry, gets the
+same answer without debiting again. So a step is charged at most once per stream, and only when a window
+needing it is about to be released; a stopped or crashed stream resumed later (`open_stream` on the same output
+with the same job) keeps its decided steps and starts a new session: debits from an older session (a zombie
+worker) are refused.
 
-Privacy: per period p, the stream's windows that read the unit's records all overlap p, none is published
-before p's debit of the whole per-period event, and each window is published at most once (the caller's
-writes are create-only), so p is charged the plan's event, admitted by p's filter, before any output that
-depends on it is observable. Proof: docs/proofs/pipelines.run.stream.md.
+Privacy: per period p (period scope), the stream's windows that read the unit's records all overlap p, none is
+published before p's debit of the whole per-period event, and each window is published at most once (the
+caller's writes are create-only), so p is charged the plan's event, admitted by p's filter, before any output
+that depends on it is observable. On a plain scope every window is one round of the scope's filter, charged its
+own mechanism's event before it is published. Proof: docs/proofs/pipelines.run.stream.md.
 """
 from __future__ import annotations
 
@@ -40,12 +43,13 @@ resumed), finished (every window of its range was released or refused; it takes 
 
 @dataclass(frozen=True)
 class StreamTicket:
-    """An opened (or resumed) stream: its id, the session that may debit it, and the periods decided so far."""
+    """An opened (or resumed) stream: its id, the session that may debit it, the scope's period grid (None: a
+    plain scope, whose steps are windows) and the steps (periods or windows) decided so far."""
 
     stream_id: int
     session: int
     resumed: bool
-    grid: PeriodGrid
+    grid: PeriodGrid | None
     debited: tuple[int, ...]
     refused: dict[int, str]
     message: str
@@ -53,7 +57,8 @@ class StreamTicket:
 
 @dataclass(frozen=True)
 class StreamRecord:
-    """One stream as `Ledger.streams_of` shows it: what it charges per period, its state and its periods."""
+    """One stream as `Ledger.streams_of` shows it: what it charges per step, its state and its steps (periods on
+    a period scope, windows on a plain one)."""
 
     stream_id: int
     scope: str
@@ -64,39 +69,41 @@ class StreamRecord:
     session: int
     lease_until: float
     event: Event
-    debited: dict[int, int]  # period -> release id
-    refused: dict[int, str]  # period -> why
+    debited: dict[int, int]  # step (period, or window on a plain scope) -> release id
+    refused: dict[int, str]  # step -> why
     reason: str | None
     created_at: str
     updated_at: str
+    pays: str = "period"  # what a step is: "period" (a period scope) or "window" (a plain scope)
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-ready; the steps under `periods_debited`/`periods_refused` or `windows_debited`/`windows_refused`."""
         return {"stream": self.stream_id, "scope": self.scope, "label": self.label, "output": self.output,
                 "job": self.job, "status": self.status, "session": self.session, "lease_until": self.lease_until,
-                "events": self.event.to_dict(), "periods_debited": sorted(self.debited),
-                "periods_refused": {str(k): v for k, v in sorted(self.refused.items())}, "reason": self.reason,
+                "events": self.event.to_dict(), "pays": self.pays, f"{self.pays}s_debited": sorted(self.debited),
+                f"{self.pays}s_refused": {str(k): v for k, v in sorted(self.refused.items())}, "reason": self.reason,
                 "created_at": self.created_at, "updated_at": self.updated_at}
 
 
-def stream_grid(row: sa.Row) -> PeriodGrid:
-    """The period grid of the scope `row`; LedgerError for a plain scope (its one budget has no periods to pay)."""
-    grid, _ = scope_config(row)
-    if grid is None:
-        raise LedgerError(f"scope {row.name!r} has one budget for all its releases, so a stream cannot pay per "
-                          f"period; pay-as-released streams need a scope made with `dpstream budget init "
-                          f"--unit-period P`")
-    return grid
+def stream_grid(row: sa.Row) -> PeriodGrid | None:
+    """The period grid of the scope `row`: a stream's steps are its periods; None for a plain scope, whose stream
+    steps are windows."""
+    return scope_config(row)[0]
 
 
 def check_template(row: sa.Row, event: Event) -> str | None:
-    """Why a fresh period of the scope could never admit `event` (None when it could): a stream that would be
-    refused in every period is refused when it opens."""
-    _, template = scope_config(row)
+    """Why one step of a stream charging `event` could never be admitted now (None when it could): on a period
+    scope a fresh period's filter, on a plain scope the scope's filter as it stands. A stream that would be
+    refused at every step is refused when it opens."""
+    grid, config = scope_config(row)
     try:
-        if EventFilter.from_dict(template).admits(event):
+        if EventFilter.from_dict(config).admits(event):
             return None
     except ValueError as err:  # the filter cannot price the event at all
         raise LedgerError(f"scope {row.name!r} ({row.filter_kind} filter): {err}") from err
+    if grid is None:
+        return (f"refused: scope {row.name!r} has too little left for even one window of this stream; nothing was "
+                f"read or debited")
     return (f"refused: one period of scope {row.name!r} cannot admit what each period of this stream costs, even "
             f"before any other release; nothing was read or debited")
 
@@ -110,22 +117,24 @@ def find_open(tables: Tables, conn: sa.Connection, scope: str, output: str) -> s
 
 
 def decided(tables: Tables, conn: sa.Connection, stream_id: int) -> tuple[dict[int, int], dict[int, str]]:
-    """(period -> release id, period -> refusal) of a stream's decided periods."""
+    """(step -> release id, step -> refusal) of a stream's decided steps (periods, or windows on a plain scope)."""
     table = tables.stream_periods
     rows = conn.execute(sa.select(table).where(table.c.stream_id == stream_id)).all()
     return ({r.period: r.release_id for r in rows if r.release_id is not None},
             {r.period: r.refusal for r in rows if r.release_id is None})
 
 
-def decide_period(tables: Tables, conn: sa.Connection, row: sa.Row, stream: sa.Row, period: int,
-                  grid: PeriodGrid) -> str | None:
-    """Debit one period for a stream, or record its refusal; None when debited, else the refusal."""
+def decide_step(tables: Tables, conn: sa.Connection, row: sa.Row, stream: sa.Row, step: int,
+                grid: PeriodGrid | None) -> str | None:
+    """Debit one step for a stream (period `step` of `grid`, or window `step` on a plain scope), or record its
+    refusal; None when debited, else the refusal."""
     event = Event.from_dict(json.loads(stream.events))
-    periods = Periods(grid, period, period)
-    decision = decide(tables, conn, row, event, f"{stream.label} (stream {stream.id})", periods)
+    periods = None if grid is None else Periods(grid, step, step)
+    label = f"{stream.label} (stream {stream.id}" + (")" if grid is not None else f", window {step})")
+    decision = decide(tables, conn, row, event, label, periods)
     release_id = decision.write(conn)
     conn.execute(tables.stream_periods.insert().values(
-        stream_id=stream.id, period=period, release_id=release_id,
+        stream_id=stream.id, period=step, release_id=release_id,
         refusal=None if release_id is not None else decision.refusal, decided_at=now_text()))
     return None if release_id is not None else decision.refusal
 
@@ -137,7 +146,8 @@ def lease_is_live(stream: sa.Row, clock: float | None = None) -> bool:
 def stream_record(tables: Tables, conn: sa.Connection, stream: sa.Row) -> StreamRecord:
     debited, refused = decided(tables, conn, stream.id)
     status = stream.status if stream.status != STREAMING or lease_is_live(stream) else STOPPED
+    scope = conn.execute(sa.select(tables.scopes).where(tables.scopes.c.name == stream.scope)).one()
     return StreamRecord(stream.id, stream.scope, stream.label, stream.output, stream.job, status, stream.session,
                         stream.lease_until, Event.from_dict(json.loads(stream.events)), debited, refused,
                         stream.reason if status == stream.status else "its lease ran out (killed or cut off)",
-                        stream.created_at, stream.updated_at)
+                        stream.created_at, stream.updated_at, "window" if stream_grid(scope) is None else "period")

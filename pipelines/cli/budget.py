@@ -122,9 +122,9 @@ def register(subparsers) -> None:
         "history", parents=[common], help="list a scope's releases, runs and streams with their outcomes",
         description="List a scope's debits and runs, oldest first. A run's outcome is published (debited), "
                     "running (it holds a lease), failed, expired (killed: its lease ran out), refused or released; "
-                    "only published runs and `budget spend` releases were debited. A stream (a streaming job on a "
-                    "period scope) is listed with its state (streaming, stopped: resumable, finished) and the "
-                    "periods it paid, one release each, as its windows were released.")
+                    "only published runs and `budget spend` releases were debited. A stream (a streaming job that pays "
+                    "as it releases) is listed with its state (streaming, stopped: resumable, finished) and the "
+                    "periods (or windows, on a plain scope) it paid, one release each, as its windows were released.")
     history.add_argument("--json", action="store_true", help="print JSON")
     history.set_defaults(handler=_history)
 
@@ -354,7 +354,8 @@ def _history(args: argparse.Namespace) -> int:
     for stream in streams:
         refused = f", {len(stream.refused)} refused" if stream.refused else ""
         line = (f"stream {stream.stream_id:>6}  {stream.created_at}  {stream.status} (session {stream.session}; "
-                f"{len(stream.debited)} period{'' if len(stream.debited) == 1 else 's'} debited{refused})  {stream.label}  -> {stream.output}")
+                f"{len(stream.debited)} {stream.pays}{'' if len(stream.debited) == 1 else 's'} debited{refused})  "
+                f"{stream.label}  -> {stream.output}")
         entries.append((stream.created_at, stream.to_dict(), line))
     entries.sort(key=lambda entry: entry[0])
     if args.json:

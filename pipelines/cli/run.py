@@ -48,7 +48,8 @@ def register(subparsers) -> None:
     run.add_argument("--overwrite", action="store_true",
                      help="replace the run published in the output directory (refused otherwise)")
     run.add_argument("--detach", action="store_true",
-                     help="streaming jobs on a period scope, on Dataflow or Flink: exit once the pipeline is "
+                     help="streams that pay as they release (a period scope, or a plain one paid window by window), on "
+                          "Dataflow or Flink: exit once the pipeline is "
                           "submitted; it pays, publishes each window and updates report.json by itself (follow it "
                           "with `dpstream status JOB`)")
     run.add_argument("--lease-seconds", metavar="S", type=float, default=DEFAULT_LEASE_SECONDS,
@@ -60,9 +61,9 @@ def register(subparsers) -> None:
     status = subparsers.add_parser(
         "status", help="a job's progress: windows published, periods paid, runs, svt monitors",
         description="Tell a job's progress from its output directory and its ledger scope, while it runs or after: "
-                    "per release, the windows published (and refused) so far; for a stream on a period scope, its "
+                    "per release, the windows published (and refused) so far; for a stream that pays as it releases, its "
                     "state (streaming, stopped: resumable by running the job again, finished), session, lease and "
-                    "the periods it paid; the runs into the output; each svt monitor open or halted. Reads no data.")
+                    "the periods (or windows, on a plain scope) it paid; the runs into the output; each svt monitor open or halted. Reads no data.")
     status.add_argument("job", help="the job file (TOML)")
     status.add_argument("--output", metavar="DIR", help="output directory (default: the job's [output] path)")
     status.add_argument("--ledger", metavar="URL", help="ledger URL (default: the job's privacy.ledger, "

@@ -29,7 +29,7 @@ from functools import cached_property
 from typing import Any, Callable, Union
 
 from dpstream.accounting.calibrate import CalibratedPlan, calibrate
-from dpstream.accounting.events import Event
+from dpstream.accounting.events import Composed, Event, SelfComposed
 from dpstream.accounting.ledger.errors import LedgerError
 from dpstream.accounting.ledger.periods import PeriodGrid
 from dpstream.pipelines.config.specs import (
@@ -95,6 +95,24 @@ class JobPlan:
         open on the scope, whose budgets are not debited again. Monitors are told apart by name, never by event
         (two monitors with equal parameters have equal events)."""
         return self.calibrated.events(without=frozenset(continued))
+
+    def window_event(self) -> Event | None:
+        """What one window of the range costs on its own, when the plan is the same mechanism run once per window:
+        each release's event run count / W times (W windows). A stream on a plain scope may then pay window by
+        window, each window one round of the scope's filter (docs/proofs/pipelines.run.stream.md, plain scopes).
+
+        None when the windows are not independent rounds of one mechanism: a user x period unit (its budget is per
+        period), caps across windows (a unit's windows share its caps: the plan composes fewer than W), peaks
+        (a row reads a period of windows), svt monitors (one budget for the whole run, with ex-post charges), or a
+        release whose count is not a multiple of W.
+        Privacy: per window, contribution bounding bounds each unit's effect on that window alone by the planned
+        sensitivities, so window i's releases are this event's mechanisms, given any earlier windows' outputs."""
+        windows = self.window.count
+        counts = [r.release.count for r in self.calibrated.releases]
+        if (self.unit_period is not None or self.window_cap is not None or self.calibrated.fixed
+                or any(isinstance(r, (PeakPlan, SvtPlan)) for r in self.releases) or any(c % windows for c in counts)):
+            return None
+        return Composed(tuple(SelfComposed(r.event, r.release.count // windows) for r in self.calibrated.releases))
 
     @cached_property
     def window_cap(self) -> WindowCap | None:

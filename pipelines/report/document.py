@@ -259,7 +259,15 @@ def _unit_text(job: Job) -> str:
 
 
 def _stream_text(budget: dict[str, Any], stream: dict[str, Any]) -> str:
-    """How a stream paid: per period, as its windows were released."""
+    """How a stream paid: per period, or per window on a plain scope, as its windows were released."""
+    if stream.get("pays") == "window":
+        debited, refused = stream["windows_debited"], stream["windows_refused"]
+        return (f"Scope `{budget['scope']}` in ledger `{budget['ledger']}` holds one budget, and this job is stream "
+                f"{stream['stream']} (session {stream['session']}): its windows are independent rounds of the scope's "
+                f"filter, so each window was debited once, with the events above (one window's mechanisms), when it "
+                f"was about to be published, from inside the pipeline; a window is published only after its debit. Windows debited so far: "
+                f"{len(debited)}" + (f" ({debited[0]} .. {debited[-1]})" if debited else "") + ". "
+                + (f"Windows refused (not published): {_period_list(list(refused))}. " if refused else ""))
     debited, refused = stream["periods_debited"], stream["periods_refused"]
     skipped = stream.get("windows_skipped") or []
     return (f"Scope `{budget['scope']}` in ledger `{budget['ledger']}` holds a budget per period, and this job is "

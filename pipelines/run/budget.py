@@ -269,7 +269,7 @@ class Budget:
                     f"prices it at the job's own delta; ")
         return ""
 
-    # -- streams that pay as they release (period scopes) ------------------------------------------------
+    # -- streams that pay as they release (period scopes, and plain scopes window by window) --------------
 
     def scope_grid(self) -> PeriodGrid | None:
         """The scope's period grid (None: a plain scope); RunError when the scope or ledger is missing."""
@@ -280,6 +280,23 @@ class Budget:
                 raise RunError(f"budget scope {self.scope!r} is not in ledger {ledger.display_url}; "
                                f"{self._create_hint()}") from err
 
+    def window_payment(self) -> str | None:
+        """On a plain scope: None when a stream of this plan pays window by window, else why it pays once, at its
+        end, for the whole plan (the runner logs it). Per window needs a plan of independent windows
+        (`JobPlan.window_event`) and a filter that charges its W windows, one round each, what it would charge
+        their composition (`EventFilter.charges_evenly`, on the scope's state now). Public values only."""
+        event = self.plan.window_event()
+        if event is None:
+            return ("its windows share state or budget (a unit period, caps across windows, peaks or svt "
+                    "monitors), so they are not separate rounds")
+        with self._ledger("nothing was debited") as ledger:
+            (scope_filter,) = ledger.deciding_filters(self.scope)
+        if scope_filter.charges_evenly(event, self.window.count):
+            return None
+        return (f"the scope's {scope_filter.kind} filter would charge its {self.window.count} windows one at a time "
+                f"more than all of them at once, or cannot admit them all now (a zcdp or gdp scope prices Gaussian "
+                f"windows one at a time at no extra cost, a pure or approx scope Laplace ones)")
+
     def job_digest(self) -> str:
         """A digest of everything public that decides the plan and its outputs: a stream resumes only under it."""
         public = repr((self.scope, float(self.epsilon), float(self.delta), self.bounds, self.window, self.releases,
@@ -287,12 +304,16 @@ class Budget:
         return hashlib.sha256(public.encode("utf-8")).hexdigest()
 
     def open_stream(self, label: str, output: str) -> StreamTicket:
-        """Open (or resume) a stream on the period scope that pays the plan's event per period as windows are
-        released (`Ledger.open_stream`); checked as `scope_periods` checks a run. RunError EXIT_REFUSED when
-        no fresh period could admit it; nothing is debited here."""
-        event = Composed(tuple(self.plan.events(frozenset())))
+        """Open (or resume) a stream that pays as windows are released (`Ledger.open_stream`): on a period scope
+        the plan's event per period, checked as `scope_periods` checks a run; on a plain scope one window's event
+        per window (`window_payment` must have said yes). RunError EXIT_REFUSED when no step could be admitted;
+        nothing is debited here."""
         with self._ledger("nothing was debited") as ledger:
-            self.scope_periods(ledger.unit_period(self.scope))
+            periods, _ = self.scope_periods(ledger.unit_period(self.scope))
+            event = Composed(tuple(self.plan.events(frozenset()))) if periods is not None else self.plan.window_event()
+            if event is None:
+                raise RunError(f"{self.source}: this plan's windows cannot be paid one at a time on scope "
+                               f"{self.scope!r}; nothing was debited")
             try:
                 return ledger.open_stream(self.scope, event, label, output=output, job=self.job_digest(),
                                           lease_seconds=self.lease_seconds)

@@ -21,7 +21,7 @@ def build_pipeline(job: Job, job_budget: Budget, options: PipelineOptions, files
                    payer=None, on_written=None) -> beam.Pipeline:
     """The job's Beam graph: read -> the budget's private releases -> one file per release (streaming: one per
     window, in the `parts` directories; `emitted`: the emissions each release may write, default all;
-    `payer`: a `payment.PeriodPayer` that pays each window before it is written; `on_written()`: called after
+    `payer`: a `payment.StreamPayer` that pays each window before it is written; `on_written()`: called after
     each window file, e.g. `StreamReport.refresh`). Building it reads no data."""
     pipeline = beam.Pipeline(options=options)
     if job.input.format == PUBSUB:

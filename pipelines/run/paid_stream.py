@@ -1,22 +1,26 @@
-"""Streaming jobs on period scopes: each period paid when its first window is released, and resumable.
+"""Streaming jobs that pay as they release: each period, or each window on a plain scope, paid when it is first
+released, and resumable.
 
-A streaming job (Pub/Sub input) whose ledger scope holds a budget per period (`dpstream budget init
---unit-period P`) is a stream (`accounting.ledger.streams`). Order (docs/proofs/pipelines.run.stream.md):
+A streaming job (Pub/Sub input) is a stream (`accounting.ledger.streams`) when its ledger scope holds a budget
+per period (`dpstream budget init --unit-period P`), or when its scope is plain and its windows are separate
+rounds that the scope's filter prices one at a time at no extra cost (`Budget.window_payment`). Order
+(docs/proofs/pipelines.run.stream.md):
 1. everything public is checked first, as for a run (the runner did: job, plan, runner options, memory);
 2. the output directory is read: the windows a stream of this job released there before (parts, or refusals)
    are kept, and this run releases the rest, from the first window no release has decided (`resume_point`);
 3. the ledger opens the stream, or resumes the stream of the same job into the same output in a new session
-   (nothing is debited; a stream no fresh period could admit is refused, exit 3);
+   (nothing is debited; a stream no step could admit is refused, exit 3);
 4. the pipeline computes each window; just before it writes window i it debits, once per stream, every
-   period window i overlaps (`payment.PeriodPayer`), and writes OUTPUT/windows/NAME/window-IIIIII.jsonl only
-   when all of them were admitted (else window-IIIIII.refused, with the reason). Written windows are
-   published: a reader may use them at once. The launcher renews the stream's lease meanwhile;
+   period window i overlaps, or window i itself on a plain scope (`payment.StreamPayer`), and writes
+   OUTPUT/windows/NAME/window-IIIIII.jsonl only when all of them were admitted (else window-IIIIII.refused,
+   with the reason). Written windows are published: a reader may use them at once. The launcher renews the
+   stream's lease meanwhile;
 5. when every window is decided, or at `max_seconds`, the pipeline is cancelled, the parts are merged into
    one file per release (every window released so far, by any session) and report.json / report.md are
    written into OUTPUT; the stream ends finished, or stopped (resumable: run the same job file again).
 A failure or interrupt ends the session stopped: windows already published stay published and paid; periods
-not reached are never debited. Windows are numbered from the job's window.start whatever session releases
-them, so a resumed stream with a fixed seed releases what one uninterrupted run would.
+and windows not reached are never debited. Windows are numbered from the job's window.start whatever session
+releases them, so a resumed stream with a fixed seed releases what one uninterrupted run would.
 """
 from __future__ import annotations
 
@@ -39,7 +43,7 @@ from dpstream.pipelines.run.budget import Budget
 from dpstream.pipelines.run.errors import RunError
 from dpstream.pipelines.run.job_graph import build_pipeline, pipeline_error
 from dpstream.pipelines.run.lease import LeaseKeeper
-from dpstream.pipelines.run.payment import PeriodPayer
+from dpstream.pipelines.run.payment import StreamPayer
 from dpstream.pipelines.run.preflight import DIRECT_RUNNERS, check_event_time, runner_name
 from dpstream.pipelines.run.stream_report import StreamReport
 
@@ -53,7 +57,7 @@ class StreamOutcome:
     pending: dict[str, int]
 
 
-def resume_point(plan: JobPlan, window: WindowSpec, grid: PeriodGrid, decided: dict[str, set[int]],
+def resume_point(plan: JobPlan, window: WindowSpec, grid: PeriodGrid | None, decided: dict[str, set[int]],
                  expected: dict[str, tuple[int, ...]], paid: Iterable[int] = ()) -> int:
     """The first window index this session may release: the first emission some release has not decided.
 
@@ -71,6 +75,7 @@ def resume_point(plan: JobPlan, window: WindowSpec, grid: PeriodGrid, decided: d
     peaks = [r for r in plan.releases if isinstance(r, PeakPlan)]
     if plan.window_cap is None and not peaks:
         return first
+    assert grid is not None, "a plain scope's stream has independent windows (JobPlan.window_event)"
     spans = [span for name, indices in decided.items() for index in indices
              for span in [_span(plan[name], window, index)]]
     barrier = max([Periods.overlapping(a, b, grid).end() for a, b in spans]
@@ -93,10 +98,11 @@ def _span(planned, window: WindowSpec, index: int) -> tuple[float, float]:
     return window.bounds(index)
 
 
-def run_stream(job: Job, job_budget: Budget, grid: PeriodGrid, options: PipelineOptions, beam_args: Sequence[str],
+def run_stream(job: Job, job_budget: Budget, grid: PeriodGrid | None, options: PipelineOptions, beam_args: Sequence[str],
                output_dir: str, log, max_seconds: float | None, progress, started: float,
                timings: dict[str, float], detach: bool = False) -> StreamOutcome:
     """Run one session of the job's stream into `output_dir` (see the module docstring); RunError on failure.
+    `grid`: the scope's period grid, None on a plain scope (paid window by window).
     `detach`: submit the pipeline and return at once (a runner that runs it elsewhere: the pipeline writes its
     windows and reports and ends the stream itself); the outcome's report is then empty."""
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -113,7 +119,8 @@ def run_stream(job: Job, job_budget: Budget, grid: PeriodGrid, options: Pipeline
     if first < job.window.count:
         check_event_time(job.window, options, time.time(), first)
     label = f"job {job.name} ({job.source}) at {started_at}: " + ", ".join(r.name for r in job.releases)
-    progress(f"opening stream on scope {job_budget.scope!r} (each {grid.text} period is paid when released)")
+    pays = "each window" if grid is None else f"each {grid.text} period"
+    progress(f"opening stream on scope {job_budget.scope!r} ({pays} is paid when released)")
     ticket = job_budget.open_stream(label, output_dir)
     log(ticket.message)
     try:
@@ -135,7 +142,7 @@ def run_stream(job: Job, job_budget: Budget, grid: PeriodGrid, options: Pipeline
                                  runner_name(options), tuple(beam_args), started_at, skipped)
     try:
         pipeline = build_pipeline(job, job_budget, options, {}, parts, remaining,
-                                  PeriodPayer(job_budget.url, ticket.stream_id, ticket.session, job.window, grid,
+                                  StreamPayer(job_budget.url, ticket.stream_id, ticket.session, job.window, grid,
                                               _payment_lease(job, job_budget.lease_seconds) if detach else None),
                                   stream_report.refresh)
         if detach:
@@ -146,7 +153,8 @@ def run_stream(job: Job, job_budget: Budget, grid: PeriodGrid, options: Pipeline
     except Exception as err:
         error = err if isinstance(err, RunError) else pipeline_error(err)
         job_budget.end_stream(ticket, finished=False, reason=str(error))
-        published = "windows already written stay published and paid; periods not reached were not debited"
+        published = ("windows already written stay published and paid; "
+                     + ("windows" if grid is None else "periods") + " not reached were not debited")
         raise RunError(f"{str(error).removesuffix('; nothing was published or debited')}; {published}",
                        error.exit_code) from err
     except BaseException:

@@ -151,17 +151,18 @@ def run(
                         lease_seconds=lease_seconds)
     grid = job_budget.scope_grid() if streaming else None
     timings["plan_s"] = time.perf_counter() - started
-    if grid is not None:  # a stream on a period scope pays each period as its windows are released
+    if streaming and (grid is not None or _pays_per_window(job_budget, log)):  # a stream: pays as it releases
         if overwrite:
-            raise RunError(f"{job.source}: --overwrite does not apply to a stream on a period scope, which resumes "
-                           f"into its own output; write to another output; nothing was debited")
+            raise RunError(f"{job.source}: --overwrite does not apply to a stream that pays as it releases, which "
+                           f"resumes into its own output; write to another output; nothing was debited")
         stream = paid_stream.run_stream(job, job_budget, grid, options, beam_args, output_dir, log, max_seconds,
                                         progress, started, timings, detach)
         return RunOutcome(output_dir, stream.report, stream.files, stream.pending)
     if detach:
-        raise RunError(f"{job.source}: --detach applies to streaming jobs on a period scope (`dpstream budget init "
-                       f"--unit-period P`), which pay and report from inside the pipeline; this run debits and "
-                       f"publishes when it ends, so its launcher must stay; nothing was debited")
+        raise RunError(f"{job.source}: --detach applies to streams that pay as they release (on a period scope, "
+                       f"`dpstream budget init --unit-period P`, or window by window on a plain one), which pay and "
+                       f"report from inside the pipeline; this run debits and publishes when it ends, so its "
+                       f"launcher must stay; nothing was debited")
     if streaming:
         check_event_time(job.window, options, time.time())
     with Publication(output_dir, overwrite, job_budget.was_published, log) as publication:
@@ -210,6 +211,14 @@ def run(
         publication.publish()
     final_files = {name: publication.final(path) for name, path in files.items()}
     return RunOutcome(output_dir, written, final_files, pending)
+
+
+def _pays_per_window(job_budget: Budget, log) -> bool:
+    """Whether a stream on a plain scope pays window by window (`Budget.window_payment`); logs why not."""
+    reason = job_budget.window_payment()
+    if reason is not None:
+        log(f"note: this stream pays scope {job_budget.scope!r} once, when it ends, for its whole plan: {reason}")
+    return reason is None
 
 
 def _compute(job: Job, job_budget: Budget, pipeline: beam.Pipeline, files: dict[str, str],

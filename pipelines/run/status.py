@@ -11,11 +11,12 @@ import json
 import os
 from typing import Any
 
-from dpstream.accounting.ledger import Ledger, LedgerError, UnknownScopeError
+from dpstream.accounting.ledger import Ledger, LedgerError, PeriodGrid, StreamRecord, UnknownScopeError
 from dpstream.accounting.ledger.streams import STREAMING
 from dpstream.accounting.text import instant_text
 from dpstream.connectors.files import filesystems, is_local, join, read_bytes
 from dpstream.pipelines.config.jobfile import Job
+from dpstream.pipelines.config.specs import WindowSpec
 from dpstream.pipelines.planning import plan_job
 from dpstream.pipelines.report.document import REPORT_JSON
 from dpstream.pipelines.run import streaming as streaming_io
@@ -41,7 +42,7 @@ def job_status(job: Job, output_dir: str | None = None, ledger_url: str | None =
             view = ledger.show(privacy.scope)
             out["ledger"] = ledger.display_url
             out["runs"] = [_run(r) for r in ledger.runs_of(privacy.scope) if r.output == output]
-            out["streams"] = [_stream(s, view.unit_period) for s in ledger.streams_of(privacy.scope, output)]
+            out["streams"] = [_stream(s, view.unit_period, job.window) for s in ledger.streams_of(privacy.scope, output)]
             names = {spec.name for spec in job.releases if spec.kind == "svt"}
             out["monitors"] = [m.to_dict() for m in view.monitors if m.name in names]
     except UnknownScopeError as err:
@@ -65,14 +66,23 @@ def _run(run) -> dict[str, Any]:
             "reason": run.reason}
 
 
-def _stream(stream, grid) -> dict[str, Any]:
-    def starts(periods) -> list[str]:
-        return [instant_text(grid.start(p)) for p in sorted(periods)]
+def stream_steps(record: StreamRecord, grid: PeriodGrid | None, window: WindowSpec) -> dict[str, Any]:
+    """What a stream paid, as report.json and `dpstream status` show it: `pays` ("period" on a period scope,
+    "window" on a plain one), then `periods_debited` (their starts) and `periods_refused` (start -> why), or
+    `windows_debited` and `windows_refused` (window starts)."""
+    unit = "window" if grid is None else "period"
 
+    def start(step: int) -> str:
+        return instant_text(window.bounds(step)[0] if grid is None else grid.start(step))
+
+    return {"pays": unit, f"{unit}s_debited": [start(s) for s in sorted(record.debited)],
+            f"{unit}s_refused": {start(s): why for s, why in sorted(record.refused.items())}}
+
+
+def _stream(stream, grid, window) -> dict[str, Any]:
     return {"stream": stream.stream_id, "status": stream.status, "session": stream.session,
             "lease_until": instant_text(stream.lease_until) if stream.status == STREAMING else None,
-            "periods_debited": starts(stream.debited), "periods_refused": starts(stream.refused),
-            "reason": stream.reason}
+            **stream_steps(stream, grid, window), "reason": stream.reason}
 
 
 def status_lines(status: dict[str, Any]) -> list[str]:
@@ -82,12 +92,13 @@ def status_lines(status: dict[str, Any]) -> list[str]:
         refused = f", {counts['refused']} refused" if counts["refused"] else ""
         lines.append(f"  {name}: {counts['published']} of {counts['expected']} windows published{refused}")
     for stream in status["streams"]:
-        debited = stream["periods_debited"]
+        unit = stream["pays"]
+        debited, refused = stream[f"{unit}s_debited"], stream[f"{unit}s_refused"]
         span = f" ({debited[0]} .. {debited[-1]})" if debited else ""
         lease = f", lease until {stream['lease_until']}" if stream["lease_until"] else ""
         lines.append(f"  stream {stream['stream']}: {stream['status']} (session {stream['session']}{lease}); "
-                     f"{_count(len(debited), 'period')} debited{span}"
-                     + (f", {len(stream['periods_refused'])} refused" if stream["periods_refused"] else "")
+                     f"{_count(len(debited), unit)} debited{span}"
+                     + (f", {len(refused)} refused" if refused else "")
                      + (f"; {stream['reason']}" if stream["reason"] else ""))
     for run in status["runs"][-3:]:
         lines.append(f"  run {run['run']}: {run['outcome']} (started {run['started']})"

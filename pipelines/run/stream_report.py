@@ -15,7 +15,6 @@ from functools import cached_property
 from typing import Any
 
 from dpstream.accounting.ledger import Ledger
-from dpstream.accounting.text import instant_text
 from dpstream.connectors.files import join
 from dpstream.connectors.writers import release_path
 from dpstream.pipelines.config.jobfile import Job
@@ -23,6 +22,7 @@ from dpstream.pipelines.planning import JobPlan, plan_job
 from dpstream.pipelines.report import document as report
 from dpstream.pipelines.run import streaming as streaming_io
 from dpstream.pipelines.run.budget import Debit
+from dpstream.pipelines.run.status import stream_steps
 
 
 @dataclass(frozen=True)
@@ -75,14 +75,10 @@ class StreamReport:
         with Ledger(self.ledger) as ledger:
             record = ledger.stream(self.stream_id)
             after, display = ledger.show(self.job.privacy.scope), ledger.display_url
-        grid = after.unit_period
-        assert grid is not None, "a stream pays a period scope"
         debit = Debit(display, record.scope, record.stream_id, None, record.label, f"stream {record.stream_id}",
                       record.event, after, None, None)
         stream = {"stream": record.stream_id, "session": record.session, "status": record.status,
-                  "periods_debited": [instant_text(grid.start(p)) for p in sorted(record.debited)],
-                  "periods_refused": {instant_text(grid.start(p)): why for p, why in sorted(record.refused.items())},
-                  "windows_skipped": list(self.skipped)}
+                  **stream_steps(record, after.unit_period, self.job.window), "windows_skipped": list(self.skipped)}
         context = report.RunContext(job=self.job, plan=self.plan, runner=self.runner, beam_args=self.beam_args,
                                     debit=debit, files=self.files, started_at=self.started_at,
                                     timings=dict(timings or {}), pending=self.pending(decided), stream=stream)

@@ -68,7 +68,7 @@ class _AtEmission(beam.DoFn):
 class _WritePart(beam.DoFn):
     """(emission index, rows and one None marker) -> the emission's JSON-lines file.
 
-    With a `payer` (a stream that pays as it releases, `payment.PeriodPayer`) the window's periods are debited
+    With a `payer` (a stream that pays as it releases, `payment.StreamPayer`) the window's periods are debited
     first, and a window whose debit was refused gets a `.refused` file with the reason instead of its rows.
     `on_written()` is called after each file (a stream's `StreamReport.refresh`).
     Either file is created only if the emission has none yet (a resumed stream never publishes a window twice),

@@ -438,3 +438,53 @@ def test_basel_terms_never_exceed_the_exact_ones():
         ]:
             assert mpmath.mpf(basel_delta(delta, t)) <= mpmath.mpf(delta) * six_over_pi2 / t**2
             assert basel_delta(delta, t) >= delta * 6 / math.pi**2 / t**2 * (1 - 1e-15)
+
+
+EVEN_CASES = [  # (filter kind, one window's event, whether its windows may be paid one at a time)
+    ("pure", (Laplace(20.0, 1.0), BoundedRange(0.01)), True),
+    ("approx", (Laplace(20.0, 1.0), BoundedRange(0.01)), True),  # basic composition: the sum is the price
+    ("approx", (Gaussian(10.0, 1.0),), False),  # the accountant prices the whole below the sum of its windows
+    ("zcdp", (Gaussian(10.0, 1.0), BoundedRange(0.02)), True),
+    ("whitehouse", (Gaussian(10.0, 1.0), Laplace(40.0, 1.0)), True),
+    ("gdp", (Gaussian(10.0, 1.0), BoundedRange(0.02)), True),
+    ("gdp-residue", (Gaussian(10.0, 1.0),), True),
+    ("gdp-residue", (Gaussian(10.0, 1.0), BoundedRange(0.02)), False),  # the residue keeps more when together
+    ("pure", (Gaussian(10.0, 1.0),), False),  # cannot price it at all
+]
+
+
+@pytest.mark.parametrize("kind, leaves, evenly", EVEN_CASES)
+def test_charges_evenly_means_w_rounds_cost_exactly_one_charge_of_their_composition(kind, leaves, evenly):
+    """Oracle: charge the W windows one round at a time and their composition once, on two copies of the same
+    filter (after an earlier release), and compare what each leaves. `charges_evenly` must say yes only when
+    every round is admitted and the two agree (exactly for rational filters, to 1e-12 for the GDP floats); the
+    approx case with a Gaussian is the negative control: W rounds cost more there."""
+    from dpstream.accounting.events import Composed
+
+    windows, window = 24, Composed(tuple(leaves))
+    budget_filter = scope_filter(kind, 4.0, 1e-6)
+    if evenly:
+        assert budget_filter.try_spend(window)  # an earlier release: the answer is about the state now
+    assert budget_filter.charges_evenly(window, windows) == evenly
+    if not evenly:
+        return
+    split, whole = (PrivacyFilter.from_dict(budget_filter.to_dict()) for _ in range(2))
+    assert all(split.try_spend(window) for _ in range(windows)) and whole.try_spend(SelfComposed(window, windows))
+    for name, value in whole.left_terms().items():
+        assert split.left_terms()[name] == pytest.approx(value, rel=1e-12, abs=1e-15), name
+
+
+def test_an_approx_gaussian_split_into_rounds_would_cost_more():
+    from dpstream.accounting.events import Composed
+
+    window, approx = Composed((Gaussian(10.0, 1.0),)), ApproxDPFilter(4.0, 1e-6)
+    assert 24 * approx.cost_terms(window)["epsilon"] > 2 * approx.cost_terms(SelfComposed(window, 24))["epsilon"]
+
+
+def test_charges_evenly_refuses_when_the_rounds_do_not_all_fit_and_changes_nothing():
+    from dpstream.accounting.events import Composed
+
+    window, pure = Composed((Laplace(10.0, 1.0),)), PureDPFilter(1.0)  # 0.1 per window
+    before = pure.to_dict()
+    assert pure.charges_evenly(window, 10) and not pure.charges_evenly(window, 11)
+    assert pure.to_dict() == before

@@ -1,7 +1,7 @@
-"""Streams that pay a period scope one period at a time (`Ledger.open_stream`, `debit_stream`), on SQLite and
-the local PostgreSQL: each (stream, period) is decided once whatever asks again or races, the charges equal an
-up-front debit of the same periods, refusals are final, resumes keep what was paid, and stale sessions cannot
-debit. PostgreSQL skips only when no server is reachable, and fails instead when CI=true."""
+"""Streams that pay a period scope one period at a time, or a plain scope one window at a time
+(`Ledger.open_stream`, `debit_stream`), on SQLite and the local PostgreSQL: each (stream, step) is decided once
+whatever asks again or races, the charges equal an up-front debit of the same steps, refusals are final, resumes
+keep what was paid, and stale sessions cannot debit. PostgreSQL skips only when no server is reachable, and fails instead when CI=true."""
 from __future__ import annotations
 
 import time
@@ -103,11 +103,11 @@ def test_an_expired_lease_lets_a_new_session_resume(ledger_url):
 
 
 @pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
-def test_streams_need_a_period_scope_and_an_event_a_period_can_admit(ledger_url):
+def test_streams_need_an_event_one_step_can_admit(ledger_url):
     with Ledger(ledger_url, create=True) as ledger:
         plain = _scope_name()
-        ledger.init_scope(plain, 1.0, 0.0)
-        with pytest.raises(LedgerError, match="cannot pay per period"):
+        ledger.init_scope(plain, 0.3, 0.0)
+        with pytest.raises(LedgerError, match="too little left for even one window"):
             ledger.open_stream(plain, EVENT, "job", output="/out/a", job="j1")
         scope = _scope(ledger, epsilon=0.3)
         with pytest.raises(LedgerError, match="cannot admit"):
@@ -162,3 +162,41 @@ def test_an_expired_session_cannot_debit_and_a_changed_plan_cannot_resume(ledger
         with pytest.raises(LedgerError, match="resumes only under its own plan"):
             ledger.open_stream(scope, PureDP(0.1), "job", output="/out/a", job="j1")
         assert ledger.open_stream(scope, EVENT, "job", output="/out/a", job="j1").session == 2
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite", "postgresql"], indirect=True)
+def test_a_plain_scope_stream_pays_each_window_once_and_resumes_without_paying_again(ledger_url):
+    window = Gaussian(8.0, 1.0)
+    with Ledger(ledger_url, create=True) as ledger:
+        scope, reference = _scope_name(), _scope_name()
+        for name in (scope, reference):
+            ledger.init_scope(name, 1.0, 1e-6, "gdp")
+        ticket = ledger.open_stream(scope, window, "job", output="/out/p", job="j1", lease_seconds=60)
+        assert ticket.grid is None and "pays each window when it is released" in ticket.message
+        assert ledger.debit_stream(ticket.stream_id, 1, (0,)) == {0: None}
+        assert ledger.debit_stream(ticket.stream_id, 1, (0, 1)) == {0: None, 1: None}  # window 0 not again
+        with pytest.raises(LedgerError, match="window indices"):
+            ledger.debit_stream(ticket.stream_id, 1, _hours(0))
+        ledger.end_stream(ticket.stream_id, 1, finished=False)
+        resumed = ledger.open_stream(scope, window, "job", output="/out/p", job="j1")
+        assert resumed.debited == (0, 1) and "2 window(s) paid before" in resumed.message
+        assert ledger.debit_stream(resumed.stream_id, 2, (1, 2)) == {1: None, 2: None}
+        assert [r.label.endswith(f"window {i})") for i, r in enumerate(
+            sorted(ledger.history(scope), key=lambda r: r.release_id))] == [True] * 3
+        ledger.spend(reference, Gaussian(8.0 / 3 ** 0.5, 1.0), "three windows at once")
+        paid, once = ledger.show(scope).state, ledger.show(reference).state
+    assert paid["remaining_mu"] == pytest.approx(once["remaining_mu"], rel=1e-12), (paid, once)
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+def test_a_plain_scope_window_the_scope_cannot_admit_is_refused_for_good(ledger_url):
+    with Ledger(ledger_url, create=True) as ledger:
+        scope = _scope_name()
+        ledger.init_scope(scope, 1.0, 0.0)
+        ticket = ledger.open_stream(scope, EVENT, "job", output="/out/p", job="j1")
+        assert ledger.debit_stream(ticket.stream_id, 1, (0, 1)) == {0: None, 1: None}
+        answers = ledger.debit_stream(ticket.stream_id, 1, (2,))
+        assert answers[2] is not None and answers[2].startswith("refused:")
+        ledger.spend(scope, PureDP(0.1), "another job")  # the residue still admits smaller releases
+        assert ledger.debit_stream(ticket.stream_id, 1, (2,)) == answers  # the recorded answer, not a new one
+        assert len(ledger.history(scope)) == 3

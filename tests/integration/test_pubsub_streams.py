@@ -7,12 +7,13 @@ window is about to be published, from inside the pipeline (`pipelines.run.paid_s
    debited period has a published window and was debited no earlier than that window's end (wall clock: the
    DirectRunner's Pub/Sub watermark follows it, so no window is released before it ends); periods whose
    windows were not released are not debited; the report lists the debited periods.
-2. Kill and resume: `dpstream run` in a subprocess is SIGKILLed after its first window is published (mid
-   period); the same job run again resumes the stream in a new session, releases the remaining windows
-   without paying the first period again, and the merged files equal a batch run of the same events with the
-   same seed byte for byte. The events of the windows after the kill are published after it (the killed
-   reader acknowledged what it pulled); 20 s windows leave the resumed pipeline time to start (lease expiry
-   and start-up, about 8 s) before its first window ends.
+2. Kill and resume, on a period scope and on a plain gdp scope (paid window by window): `dpstream run` in a
+   subprocess is SIGKILLed after its first window is published (mid period); the same job run again resumes the
+   stream in a new session, releases the remaining windows without paying the first period (or window) again,
+   and the merged files equal a batch run of the same events with the same seed byte for byte. The events of
+   the windows after the kill are published after it (the killed reader acknowledged what it pulled); 25 s
+   windows leave the resumed session time to start before its first window ends (the DirectRunner cannot
+   release a past window: lease expiry, two plans and start-up take 10-15 s here).
 Fillers keep the subscription busy as in test_pubsub.py. Skips only when the emulator, java or
 google-cloud-pubsub is absent; with CI=true it fails. Bounded by max_seconds on every run (about 100 s here).
 """
@@ -27,6 +28,7 @@ from datetime import datetime
 
 import pytest
 
+from dpstream.accounting.events import SelfComposed
 from dpstream.accounting.ledger import Ledger
 from dpstream.pipelines.config import jobfile
 from dpstream.pipelines.run import runner, status
@@ -36,10 +38,13 @@ from tests.integration.test_pubsub import LEAD_S, _topic_and_subscription, _traf
 USERS = 10
 
 
-def _job(start: float, windows: int, window_s: int, period_s: int, lateness_s: int, input_table: str,
+def _job(start: float, windows: int, window_s: int, period_s: int | None, lateness_s: int, input_table: str,
          output: str) -> str:
+    """The stream's job: a user x period unit on scope "periods", or without a unit period (a user over the
+    whole range) on the plain gdp scope "plain", which it pays window by window."""
     return job_text(input_table=input_table, start=start, windows=windows, window_s=window_s, output=output,
-                    scope="periods", epsilon=2.0, seed=5, lateness_s=lateness_s, unit_period_s=period_s)
+                    scope="periods" if period_s else "plain", epsilon=2.0, seed=5, lateness_s=lateness_s,
+                    unit_period_s=period_s)
 
 
 def _events(start: float, window_s: int, windows) -> list[dict]:
@@ -58,6 +63,7 @@ def _ledger(tmp_path, period_s: int) -> str:
     with Ledger(url, create=True) as book:
         book.init_scope("periods", 40.0, 1e-5, "approx:release_delta=1e-6", unit_period=period_s)
         book.init_scope("reference", 40.0, 1e-5, "approx:release_delta=1e-6")
+        book.init_scope("plain", 40.0, 1e-5, "gdp")
     return url
 
 
@@ -109,17 +115,22 @@ def test_an_open_ended_stream_pays_each_period_when_its_first_window_is_released
 
 
 @pytest.mark.timeout(240)
-def test_a_killed_stream_resumes_and_equals_one_batch_run(emulator, tmp_path):
-    window_s, period_s, windows, lateness_s = 20, 40, 3, 0
-    topic, subscription = _topic_and_subscription(emulator, "resumed")
-    ledger = _ledger(tmp_path, period_s)
-    start = _on_grid(period_s)
+@pytest.mark.parametrize("pays", ["period", "window"])
+def test_a_killed_stream_resumes_and_equals_one_batch_run(emulator, tmp_path, pays):
+    """On a period scope (user x 50 s unit: windows 0-1 in one period, window 2 in the next) and on a plain gdp
+    scope (a user over the whole range, paid window by window)."""
+    window_s, windows, lateness_s = 25, 3, 0
+    period_s = 2 * window_s if pays == "period" else None
+    topic, subscription = _topic_and_subscription(emulator, f"resumed-{pays}")
+    ledger = _ledger(tmp_path, 2 * window_s)
+    scope = "periods" if period_s else "plain"
+    start = _on_grid(period_s or window_s)
     before, after = _events(start, window_s, [0]), _events(start, window_s, [1, 2])
     _publish(emulator[0], topic, before)
     job_path = tmp_path / "job.toml"
     job_path.write_text(_job(start, windows, window_s, period_s, lateness_s, pubsub_input(subscription), "out"))
     command = [sys.executable, "-m", "dpstream.pipelines.cli.main", "run", str(job_path), "--ledger", ledger,
-               "--lease-seconds", "3", "--max-seconds", "120"]
+               "--lease-seconds", "4", "--max-seconds", "120"]
     with _traffic(emulator[0], topic, start + 3600):
         child = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                  start_new_session=True)
@@ -132,33 +143,41 @@ def test_a_killed_stream_resumes_and_equals_one_batch_run(emulator, tmp_path):
         child.wait(timeout=30)
         _publish(emulator[0], topic, after)
         with Ledger(ledger) as book:
-            (killed,) = book.streams_of("periods")
+            (killed,) = book.streams_of(scope)
         assert killed.status == "streaming" and len(killed.debited) == 1
         progress = status.job_status(jobfile.load(str(job_path)), ledger_url=ledger)
         assert progress["windows"]["counts"] == {"expected": 3, "published": 1, "refused": 0}
         assert progress["streams"][0]["status"] == "streaming" and progress["report"]["written"]
-        time.sleep(3.5)  # the killed session's lease runs out
-        assert status.job_status(jobfile.load(str(job_path)), ledger_url=ledger)["streams"][0]["status"] == "stopped"
+        time.sleep(max(0.0, killed.lease_until - time.time()) + 0.5)  # the killed session's lease runs out
+        with Ledger(ledger) as book:
+            assert book.streams_of(scope)[0].status == "stopped"
         resumed = runner.run(jobfile.load(str(job_path)), ledger_url=ledger, log=lambda _: None, max_seconds=120)
     assert resumed.pending == {}
     done = status.job_status(jobfile.load(str(job_path)), ledger_url=ledger)
     assert done["windows"]["top"]["published"] == 3 and done["streams"][0]["status"] == "finished"
-    assert len(done["streams"][0]["periods_debited"]) == 2 and done["report"]["stream"] == killed.stream_id
+    steps = 2 if period_s else 3  # periods, or windows
+    assert len(done["streams"][0][f"{pays}s_debited"]) == steps and done["report"]["stream"] == killed.stream_id
     assert any("stream" in line and "finished (session 2" in line for line in status.status_lines(done))
     report = (tmp_path / "out" / "report.md").read_text()
-    assert "each period was debited once" in report and "Periods debited so far: " in report
+    assert f"each {pays} was debited once" in report and f"{pays.title()}s debited so far: " in report
     with Ledger(ledger) as book:
-        (stream,) = book.streams_of("periods")
-        history = book.history("periods")
+        (stream,) = book.streams_of(scope)
+        history = book.history(scope)
+        left = book.show(scope).state
     assert (stream.stream_id, stream.session, stream.status) == (killed.stream_id, 2, "finished")
-    assert len(stream.debited) == 2 and len(history) == 2, "each period debited once across both sessions"
+    assert len(stream.debited) == steps and len(history) == steps, f"each {pays} debited once across both sessions"
+    if not period_s:  # three window debits leave the gdp scope where one debit of the whole plan would
+        with Ledger(ledger) as book:
+            book.init_scope("whole", 40.0, 1e-5, "gdp")
+            book.spend("whole", SelfComposed(stream.event, windows), "the plan at once")
+            assert left["remaining_mu"] == pytest.approx(book.show("whole").state["remaining_mu"], rel=1e-12)
 
     with open(tmp_path / "events.jsonl", "w") as out:
         for event in before + after:
             out.write(json.dumps({**event, "time": iso(event["ms"] / 1000)}) + "\n")
     reference = _job(start, windows, window_s, period_s, lateness_s,
                      'format = "jsonl"\npath = "events.jsonl"\ntimestamp = "time"', "batch")
-    (tmp_path / "batch.toml").write_text(reference.replace('scope = "periods"', 'scope = "reference"'))
+    (tmp_path / "batch.toml").write_text(reference.replace(f'scope = "{scope}"', 'scope = "reference"'))
     batch = runner.run(jobfile.load(str(tmp_path / "batch.toml")), ledger_url=ledger, log=lambda _: None)
     for name, path in batch.files.items():
         with open(path, "rb") as expected, open(resumed.files[name], "rb") as got:

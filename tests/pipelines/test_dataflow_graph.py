@@ -13,7 +13,7 @@ from dpstream.accounting.ledger import Ledger
 from dpstream.pipelines.config import jobfile
 from dpstream.pipelines.run import runner
 from dpstream.pipelines.run.job_graph import build_pipeline
-from dpstream.pipelines.run.payment import PeriodPayer
+from dpstream.pipelines.run.payment import StreamPayer
 
 JOB = """
 [input]
@@ -66,7 +66,7 @@ def test_a_paid_streams_graph_translates_for_dataflow_before_any_debit(tmp_path)
     job_budget = runner.budget(job, url)
     ticket = job_budget.open_stream("graph", job.output.path)
     parts = {spec.name: f"{job.output.path}/windows/{spec.name}" for spec in job.releases}
-    payer = PeriodPayer(url, ticket.stream_id, ticket.session, job.window, job_budget.scope_grid(), None)
+    payer = StreamPayer(url, ticket.stream_id, ticket.session, job.window, job_budget.scope_grid(), None)
     pipeline = build_pipeline(job, job_budget, options, {}, parts, None, payer, None)
     result = pipeline.run()  # translated for Dataflow, not submitted
     assert result.job is not None and '"JOB_TYPE_STREAMING"' in result.job.json()

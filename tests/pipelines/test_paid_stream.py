@@ -15,7 +15,7 @@ from dpstream.pipelines.config.specs import ContributionBounds, HistogramSpec, P
 from dpstream.pipelines.planning import plan_job
 from dpstream.pipelines.run import streaming
 from dpstream.pipelines.run.paid_stream import resume_point
-from dpstream.pipelines.run.payment import PeriodPayer
+from dpstream.pipelines.run.payment import StreamPayer
 from dpstream.pipelines.transforms.windowing import window_bounds_iso
 
 HOUR = 3600
@@ -60,11 +60,11 @@ def test_a_stateful_session_never_shares_a_period_with_an_earlier_one():
 def test_a_peak_over_several_unit_periods_pays_all_of_them():
     hourly = PeriodGrid.of(HOUR)
     peaks = plan_job([PeakSpec("p", period=2 * HOUR, maximum=100.0)], ContributionBounds(), WINDOW, 1.0, 1e-6, hourly)
-    payer = PeriodPayer("sqlite:///unused.db", 1, 1, WINDOW, hourly, 60.0)
-    assert payer.periods(1).count == 1
+    payer = StreamPayer("sqlite:///unused.db", 1, 1, WINDOW, hourly, 60.0)
+    assert payer.steps(1).count == 1
     peak_payer = payer.for_release(peaks["p"])
-    assert peaks["p"].last_windows[0] == 1 and peak_payer.periods(1).count == 2
-    assert peak_payer.periods(1).first == START // HOUR
+    assert peaks["p"].last_windows[0] == 1 and peak_payer.steps(1).count == 2
+    assert peak_payer.steps(1).first == START // HOUR
     # resuming inside a 2-hour peak period (at an hour boundary) would compute that peak over part of it
     assert resume_point(peaks, WINDOW, hourly, {"p": {1}}, {"p": peaks["p"].last_windows}) == 3  # next emission
     assert resume_point(peaks, WINDOW, hourly, {"p": set()}, {"p": peaks["p"].last_windows}, paid=(START // HOUR,)) == 2
@@ -77,7 +77,7 @@ def stream(tmp_path):
         book.init_scope("s", 1.0, 0.0, unit_period=4 * HOUR)
         book.spend("s", PureDP(0.8), "another job", Periods(GRID, START // (4 * HOUR) + 1, START // (4 * HOUR) + 1))
         ticket = book.open_stream("s", PureDP(0.5), "job", output=str(tmp_path / "out"), job="digest")
-    return url, PeriodPayer(url, ticket.stream_id, ticket.session, WINDOW, GRID, 60.0)
+    return url, StreamPayer(url, ticket.stream_id, ticket.session, WINDOW, GRID, 60.0)
 
 
 def _write(payer, directory, index, rows, indices=ALL, writer=streaming._WritePart):
@@ -98,7 +98,7 @@ class _IgnoresRefusals(streaming._WritePart):
 def test_a_window_is_written_after_its_period_is_paid_once_and_never_twice(stream, tmp_path):
     url, payer = stream
     directory = tmp_path / "out" / "windows" / "h"
-    assert payer.periods(5).first == START // (4 * HOUR) + 1 and payer.periods(5).count == 1
+    assert payer.steps(5).first == START // (4 * HOUR) + 1 and payer.steps(5).count == 1
     _write(payer, directory, 0, [{"v": 1}])
     _write(payer, directory, 1, [{"v": 2}])
     _write(payer, directory, 0, [{"v": 99}])  # a retry or a resumed session: the first publication stands
@@ -170,7 +170,7 @@ def test_the_pipeline_s_report_refresh_merges_windows_and_finishes_the_stream(tm
         book.init_scope("s", 10.0, 1e-5, unit_period=4 * HOUR)
         ticket = book.open_stream("s", PureDP(0.5), "job", output=output, job="digest")
     report = StreamReport(job, output, url, ticket.stream_id, ticket.session, "DataflowRunner", (), "now", ())
-    payer = PeriodPayer(url, ticket.stream_id, ticket.session, job.window, GRID, 60.0)
+    payer = StreamPayer(url, ticket.stream_id, ticket.session, job.window, GRID, 60.0)
     directory = tmp_path / "out" / "windows" / "h"
     for index in range(7):
         fn = streaming._WritePart(str(directory), tuple(range(8)), payer, report.refresh)
@@ -201,7 +201,7 @@ def test_detach_is_refused_where_the_launcher_cannot_leave(tmp_path):
         runner.run(job, ledger_url=url, log=lambda _: None, detach=True)
     assert caught.value.exit_code == 2
     plain = _pubsub_job(tmp_path, PUBSUB_JOB.replace('scope = "s"', 'scope = "plain"'))
-    with pytest.raises(runner.RunError, match="--detach applies to streaming jobs on a period scope"):
+    with pytest.raises(runner.RunError, match="--detach applies to streams that pay as they release"):
         runner.run(plain, ledger_url=url, log=lambda _: None, detach=True)
     with Ledger(url) as book:
         assert book.history("s") == [] and book.streams_of("s") == [] and book.runs_of("plain") == []
@@ -223,3 +223,59 @@ def test_windows_of_another_stream_are_never_adopted(tmp_path):
             runner.run(job, ledger_url=url, log=lambda _: None)
     with Ledger(url) as book:
         assert book.streams_of("s") == [] and book.history("s") == []
+
+
+PLAIN_JOB = PUBSUB_JOB.replace('unit_period = "4h"\n', "").replace('scope = "s"', 'scope = "plain"')
+
+
+@pytest.mark.parametrize("scope_filter, pays_per_window", [("gdp", True), ("zcdp", True), ("approx", False)])
+def test_a_plain_scope_stream_pays_per_window_only_where_that_costs_no_more(tmp_path, scope_filter, pays_per_window):
+    """Gaussian windows: a gdp or zcdp scope charges 8 windows one at a time what it charges them at once; the
+    approx filter prices the whole plan by the accountant, below the sum of its windows' prices, so the stream
+    pays at its end instead (and says why). Either way nothing is debited before a window is published."""
+    from dpstream.pipelines.run import runner
+
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    with Ledger(url, create=True) as book:
+        book.init_scope("plain", 10.0, 1e-5, scope_filter)
+    job = _pubsub_job(tmp_path, PLAIN_JOB)
+    job_budget = runner.budget(job, url)
+    assert (job_budget.window_payment() is None) == pays_per_window
+    logged: list[str] = []
+    expected = "the DirectRunner runs the pipeline inside this process" if pays_per_window else "--detach applies to"
+    with pytest.raises(runner.RunError, match=expected):
+        runner.run(job, ledger_url=url, log=logged.append, detach=True)
+    assert any("pays scope 'plain' once, when it ends" in line for line in logged) != pays_per_window
+    with Ledger(url) as book:
+        assert book.history("plain") == [] and book.streams_of("plain") == []
+
+
+def test_windows_that_share_state_are_not_paid_one_at_a_time(tmp_path):
+    from dpstream.pipelines.run import runner
+
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    with Ledger(url, create=True) as book:
+        book.init_scope("plain", 10.0, 1e-5, "gdp")
+    capped = PLAIN_JOB.replace("delta = 1e-6\n", "delta = 1e-6\nmax_windows = 2\n")
+    reason = runner.budget(_pubsub_job(tmp_path, capped), url).window_payment()
+    assert reason is not None and "caps across windows" in reason
+
+
+def test_on_a_plain_scope_each_window_is_paid_once_and_a_refused_one_is_never_published(tmp_path):
+    """A plain pure scope of epsilon 1 and windows of 0.4: windows 0 and 1 are paid (once, whatever retries),
+    window 2 is refused and stays unpublished; the broken writer (negative control) would publish it."""
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    with Ledger(url, create=True) as book:
+        book.init_scope("p", 1.0, 0.0)
+        ticket = book.open_stream("p", PureDP(0.4), "job", output=str(tmp_path / "out"), job="digest")
+    payer = StreamPayer(url, ticket.stream_id, ticket.session, WINDOW, None, 60.0)
+    assert payer.steps(7) == (7,)
+    directory = tmp_path / "out" / "windows" / "h"
+    for index in (0, 1, 0, 1):  # retries find the recorded debits
+        _write(payer, directory, index, [{"v": index}])
+    _write(payer, directory, 2, [{"v": 2}])
+    assert streaming.parts(str(directory)) == {0: True, 1: True, 2: False}
+    with Ledger(url) as book:
+        assert [r.label.rsplit(", ", 1)[1] for r in book.history("p")] == ["window 0)", "window 1)"]
+    _write(payer, tmp_path / "broken", 2, [{"v": 2}], writer=_IgnoresRefusals)
+    assert os.path.exists(tmp_path / "broken" / "window-000002.jsonl"), "the negative control publishes it"

@@ -253,3 +253,36 @@ def test_l2_sensitivities_are_rounded_up(l0, m, value, total):
         full, rest = divmod(total, m)
         exact_mass = Fraction((full * m * m + rest * rest) * k * k) * Fraction(bounds.quantum) ** 2
         assert Fraction(bounds.mass_l2) ** 2 >= exact_mass > Fraction(math.nextafter(bounds.mass_l2, 0.0)) ** 2
+
+
+WINDOW_EVENT_RELEASES = {
+    "gaussian known": (HistogramSpec("h", partitions=("a", "b", "c")),),
+    "gaussian unknown": (HistogramSpec("h"),),
+    "laplace known": (HistogramSpec("h", partitions=("a", "b"), noise="laplace"),),
+    "top-k and counts": (HistogramSpec("h", partitions=("a", "b", "c")), TopKSpec("t", k=2, partitions=("a", "b", "c"))),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WINDOW_EVENT_RELEASES))
+def test_one_window_event_run_once_per_window_is_exactly_the_whole_plan(name):
+    """A plain-scope stream pays `window_event` per window: W of them must be the plan's events, leaf for leaf,
+    so an additive filter charges W windows exactly what it charges the whole plan."""
+    from dpstream.accounting.composition import leaf_counts
+    from dpstream.accounting.events import Composed
+
+    window = WindowSpec(size=3600, start=0, end=24 * 3600)
+    plan = plan_job(WINDOW_EVENT_RELEASES[name], ContributionBounds(max_partitions=2), window, 1.0, 1e-6)
+    event = plan.window_event()
+    assert event is not None
+    assert dict(leaf_counts(SelfComposed(event, window.count))) == dict(leaf_counts(Composed(plan.events())))
+
+
+@pytest.mark.parametrize("bounds, releases, unit_period", [
+    (ContributionBounds(max_windows=2), (HistogramSpec("h", partitions=("a",)),), None),
+    (ContributionBounds(), (PeakSpec("p", period=7200, maximum=10.0),), None),
+    (ContributionBounds(), (SvtSpec("s", metric="count", maximum=500.0, threshold=0.5, sigma_threshold=0.2),), None),
+    (ContributionBounds(), (HistogramSpec("h", partitions=("a",)),), 7200),
+])
+def test_windows_that_share_state_or_budget_have_no_window_event(bounds, releases, unit_period):
+    window = WindowSpec(size=3600, start=0, end=24 * 3600)
+    assert plan_job(releases, bounds, window, 1.0, 1e-6, unit_period).window_event() is None
