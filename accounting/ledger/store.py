@@ -909,10 +909,10 @@ def _stream_steps(scope: str, grid: PeriodGrid | None, steps: Periods | tuple[in
             raise LedgerError(f"scope {scope!r} has periods of {grid.text}: a stream on it pays periods of that "
                               f"grid, got {steps!r}")
         return list(steps.indices())
-    if isinstance(steps, Periods) or not all(isinstance(i, int) and i >= 0 for i in steps):
+    if isinstance(steps, Periods) or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in steps):
         raise LedgerError(f"scope {scope!r} has one budget, so a stream on it pays window indices (integers >= 0), "
                           f"got {steps!r}")
-    return list(steps)
+    return sorted(set(steps))
 
 
 def _first_chars(text: str, limit: int = 2000) -> str:

@@ -158,6 +158,26 @@ def group_sums(parts: pd.Series | pd.DataFrame) -> pd.Series | pd.DataFrame:
     return parts.groupby(level=list(range(parts.index.nlevels)), sort=True).sum()
 
 
+def sums_by_code(codes: np.ndarray, units: np.ndarray, names=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(the distinct codes in ascending order, the exact int64 sum of `units` per code, how many items each
+    had): `group_sums` for integer group codes, with a sort instead of grouping labels. `SumOverflowError` when
+    a code's sum could leave int64, as `group_sums` (naming the label `names[code]` when given)."""
+    units = np.asarray(units)
+    if units.dtype.kind != "i":
+        raise TypeError(f"exact sums need int64 value units, got dtype {units.dtype}")
+    order = np.argsort(codes, kind="stable")
+    ordered = codes[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]]) if ordered.size else np.array([], dtype=np.int64)
+    magnitudes = np.abs(units.astype(np.float64))[order]
+    if magnitudes.sum() > SUM_LIMIT:  # all codes together exceed the limit: check code by code
+        per_code = np.add.reduceat(magnitudes, starts)
+        labels = ordered[starts] if names is None else np.asarray(names, dtype=object)[ordered[starts]]
+        _require_in_range(pd.Series(per_code, index=labels), "partition")
+    if not ordered.size:
+        return ordered, units[:0].astype(np.int64), np.array([], dtype=np.int64)
+    return ordered[starts], np.add.reduceat(units[order].astype(np.int64), starts), np.diff(np.r_[starts, ordered.size])
+
+
 def total(units: pd.Series) -> int:
     """The exact sum of an int64 Series of units as a Python int; `SumOverflowError` when it could leave int64."""
     magnitude = _magnitudes(units).sum()

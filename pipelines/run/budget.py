@@ -280,9 +280,10 @@ class Budget:
                 raise RunError(f"budget scope {self.scope!r} is not in ledger {ledger.display_url}; "
                                f"{self._create_hint()}") from err
 
-    def window_payment(self) -> str | None:
-        """On a plain scope: None when a stream of this plan pays window by window, else why it pays once, at its
-        end, for the whole plan (the runner logs it). Per window needs a plan of independent windows
+    def window_payment(self, output: str) -> str | None:
+        """On a plain scope: None when a stream of this plan into `output` pays window by window, else why it pays
+        once, at its end, for the whole plan (the runner logs it). A stream of this job that did not finish there
+        keeps paying per window (it resumes). Otherwise per window needs a plan of independent windows
         (`JobPlan.window_event`) and a filter that charges its W windows, one round each, what it would charge
         their composition (`EventFilter.charges_evenly`, on the scope's state now). Public values only."""
         event = self.plan.window_event()
@@ -290,6 +291,9 @@ class Budget:
             return ("its windows share state or budget (a unit period, caps across windows, peaks or svt "
                     "monitors), so they are not separate rounds")
         with self._ledger("nothing was debited") as ledger:
+            streams = ledger.streams_of(self.scope, output)
+            if any(s.status != FINISHED and s.job == self.job_digest() for s in streams):
+                return None
             (scope_filter,) = ledger.deciding_filters(self.scope)
         if scope_filter.charges_evenly(event, self.window.count):
             return None

@@ -52,6 +52,8 @@ Runtime: O(n log n) per batch and per window group (sorts), no per-row Python.
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
+from typing import Any
 
 import apache_beam as beam
 import numpy as np
@@ -63,7 +65,7 @@ from apache_beam.transforms.window import GlobalWindows, TimestampedValue
 
 from dpstream.connectors.schema import EVENT_SCHEMA
 from dpstream.pipelines.config.specs import ContributionBounds, WindowSpec
-from dpstream.pipelines.mechanisms.fixedpoint import group_sums, to_units
+from dpstream.pipelines.mechanisms.fixedpoint import group_sums, sums_by_code, to_units
 from dpstream.pipelines.mechanisms.noise import SecureRandom
 from dpstream.pipelines.mechanisms.quantiles import ValueGrid
 from dpstream.pipelines.planning.windows import WindowCap
@@ -138,10 +140,20 @@ def _group_ranks(groups: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.n
     return order, rank
 
 
-def _dictionary(column: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """(distinct strings, int64 code per row) of a string column, without a Python object per row."""
+def _dictionary(column: pa.Array) -> tuple[pa.Array, np.ndarray]:
+    """(distinct strings as Arrow, int64 code per row) of a string column, without a Python object per row."""
     encoded = column.dictionary_encode()
-    return encoded.dictionary.to_numpy(zero_copy_only=False), encoded.indices.to_numpy().astype(np.int64)
+    return encoded.dictionary, encoded.indices.to_numpy().astype(np.int64)
+
+
+def _strings(values: pa.Array) -> pd.Series:
+    """An Arrow string array as a pandas column that stays Arrow: pickled as Arrow buffers through Beam's shuffle
+    and factorised by Arrow, not as one Python object per row."""
+    return pd.Series(pd.arrays.ArrowExtensionArray(values), copy=False)
+
+
+def _python(values: pa.Array) -> np.ndarray:
+    return values.to_numpy(zero_copy_only=False)
 
 
 class _PreAggregate(beam.DoFn):
@@ -173,7 +185,7 @@ class _PreAggregate(beam.DoFn):
         timestamps = batch.column(1).to_numpy()
         rows = np.arange(batch.num_rows)
         if self._partitions is not None:
-            rows = np.flatnonzero(np.isin(partitions, self._partitions)[partition_codes])
+            rows = np.flatnonzero(np.isin(_python(partitions), self._partitions)[partition_codes])
         positions, windows = window_indices(timestamps[rows], self._window)
         rows = rows[positions]
         if rows.size == 0:
@@ -186,7 +198,7 @@ class _PreAggregate(beam.DoFn):
         else:
             values = np.clip(batch.column(3).to_numpy()[rows], self._bounds.min_value, self._bounds.max_value)
             keys = self._keys.draw(rows.size, lambda: (
-                self._keys.strings(users)[user_codes], self._keys.strings(partitions)[partition_codes],
+                self._keys.strings(_python(users))[user_codes], self._keys.strings(_python(partitions))[partition_codes],
                 timestamps[rows], values.view(np.uint64), windows))
             order, rank = _group_ranks(groups, keys)
             kept = order[rank < self._bounds.max_contributions]
@@ -195,26 +207,49 @@ class _PreAggregate(beam.DoFn):
         partition_of = distinct % len(partitions)
         user_of = (distinct // len(partitions)) % len(users)
         window_of = distinct // (len(partitions) * len(users))
-        shard_of = self._shard_keys.strings(users)[user_of] % np.uint64(self._shards)
-        piece = (window_of * self._shards + shard_of.astype(np.int64))
+        piece = window_of * self._shards
+        if self._shards > 1:
+            piece += (self._shard_keys.strings(_python(users))[user_of] % np.uint64(self._shards)).astype(np.int64)
         order = np.argsort(piece, kind="stable")
         piece = piece[order]
-        # object columns as they are: inferring pandas' Arrow string dtype costs more than the rest of the batch
-        frame = pd.DataFrame({"user": pd.Series(users[user_of[order]], dtype=object, copy=False),
-                              "partition": pd.Series(partitions[partition_of[order]], dtype=object, copy=False),
+        frame = pd.DataFrame({"user": _strings(users.take(pa.array(user_of[order]))),
+                              "partition": _strings(partitions.take(pa.array(partition_of[order]))),
                               **{name: column[order] for name, column in columns.items()}})
         for begin, end in zip(*_runs(piece)):
             index, shard = divmod(int(piece[begin]), self._shards)
             yield TimestampedValue(((index, shard), frame.iloc[begin:end]), window_timestamp(self._window, index))
 
 
-def _kept_cells(frame: pd.DataFrame, index: int, bounds: ContributionBounds, keys: _Keys,
-                partition_keys: _Keys, grid: ValueGrid | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """All pieces of one window (one user shard's or more) -> the kept cells (steps 2 and 3): (user, partition,
-    bounded sum in value units) per kept (user, partition); with `grid` (records with values only), the kept
-    cells' records instead: (user, partition, value bucket) per kept record."""
-    user_codes, users = pd.factorize(frame["user"].to_numpy())
-    partition_codes, partitions = pd.factorize(frame["partition"].to_numpy())
+@dataclass(frozen=True)
+class _Kept:
+    """The cells (steps 2 and 3) or, with a value grid, the records kept in one window: the distinct users and
+    partitions of the window's pieces (pandas arrays, Arrow strings for pieces from `_PreAggregate`), each kept
+    item's user and partition code into them, and its bounded sum in value units (or value bucket)."""
+
+    users: Any
+    user_of: np.ndarray
+    partitions: Any
+    partition_of: np.ndarray
+    values: np.ndarray
+
+    def user_labels(self) -> np.ndarray:
+        return np.asarray(self.users.take(self.user_of), dtype=object)
+
+    def partition_labels(self) -> np.ndarray:
+        return np.asarray(self.partitions.take(self.partition_of), dtype=object)
+
+    def totals(self, units: bool):
+        """Per-partition exact sums of the kept cells (with `units`: and how many users they came from)."""
+        return _totals(self.partitions.take(self.partition_of), self.values, units)
+
+
+def _kept(frame: pd.DataFrame, index: int, bounds: ContributionBounds, keys: _Keys, partition_keys: _Keys,
+          grid: ValueGrid | None = None) -> _Kept:
+    """All pieces of one window (one user shard's or more) -> what steps 2 and 3 keep: per kept (user, partition)
+    its bounded sum in value units; with `grid` (records with values only), the kept cells' records instead, each
+    with its value bucket."""
+    user_codes, users = pd.factorize(frame["user"].array)
+    partition_codes, partitions = pd.factorize(frame["partition"].array)
     groups = user_codes.astype(np.int64) * len(partitions) + partition_codes
     if bounds.counting:
         distinct, inverse = np.unique(groups, return_inverse=True)
@@ -230,8 +265,8 @@ def _kept_cells(frame: pd.DataFrame, index: int, bounds: ContributionBounds, key
         sums = np.add.reduceat(frame["value"].to_numpy()[sample], starts)
     user_of, partition_of = np.divmod(distinct, len(partitions))
     draws = partition_keys.draw(distinct.size, lambda: (
-        partition_keys.strings(np.asarray(users))[user_of],
-        partition_keys.strings(np.asarray(partitions))[partition_of], np.int64(index)))
+        partition_keys.strings(np.asarray(users, dtype=object))[user_of],
+        partition_keys.strings(np.asarray(partitions, dtype=object))[partition_of], np.int64(index)))
     order, rank = _group_ranks(user_of, draws)
     chosen = order[rank < bounds.max_partitions]
     if grid is not None:  # each chosen cell's sampled records (sample[starts[c]:starts[c + 1]])
@@ -242,15 +277,25 @@ def _kept_cells(frame: pd.DataFrame, index: int, bounds: ContributionBounds, key
         chosen, values = cell_of[records], grid.bucket(frame["value"].to_numpy()[sample[records]] * bounds.quantum)
     else:
         values = sums[chosen]
-    labels = np.asarray(partitions, dtype=object)[partition_of[chosen]]
-    return np.asarray(users, dtype=object)[user_of[chosen]], labels, values
+    return _Kept(users, user_of[chosen], partitions, partition_of[chosen], values)
 
 
-def _totals(labels: np.ndarray, sums: np.ndarray, units: bool):
-    """Kept cells -> per-partition sums (with `units`: and how many users they came from)."""
+def _kept_cells(frame: pd.DataFrame, index: int, bounds: ContributionBounds, keys: _Keys,
+                partition_keys: _Keys, grid: ValueGrid | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`_kept` as (user, partition, bounded sum or value bucket) per kept item, labels as Python strings."""
+    kept = _kept(frame, index, bounds, keys, partition_keys, grid)
+    return kept.user_labels(), kept.partition_labels(), kept.values
+
+
+def _totals(labels, sums: np.ndarray, units: bool):
+    """Kept cells -> per-partition exact int64 sums, sorted by partition (with `units`: and how many users they
+    came from); `labels` an array of partition names (numpy or pandas)."""
+    codes, names = pd.factorize(labels)
+    present, totals, counts = sums_by_code(codes, sums, names)
+    index = pd.Index(np.asarray(names.take(present), dtype=object))  # the few partition names, as group_sums has them
     if units:
-        return group_sums(pd.DataFrame({"sum": sums, "units": np.ones(sums.size, dtype=np.int64)}, index=labels))
-    return group_sums(pd.Series(sums, index=labels))
+        return pd.DataFrame({"sum": totals, "units": counts}, index=index).sort_index()
+    return pd.Series(totals, index=index).sort_index()
 
 
 def bucket_counts(labels: np.ndarray, buckets: np.ndarray) -> pd.Series:
@@ -276,8 +321,9 @@ class _BoundWindow(beam.DoFn):
     def process(self, element):
         (index, _), pieces = element
         frame = pd.concat(list(pieces), ignore_index=True)
-        _, labels, sums = _kept_cells(frame, index, self._bounds, self._keys, self._partition_keys, self._grid)
-        yield index, bucket_counts(labels, sums) if self._grid is not None else _totals(labels, sums, self._units)
+        kept = _kept(frame, index, self._bounds, self._keys, self._partition_keys, self._grid)
+        yield index, (bucket_counts(kept.partition_labels(), kept.values) if self._grid is not None
+                      else kept.totals(self._units))
 
 
 def unit_ids(users: np.ndarray, windows: np.ndarray, unit_of_window: tuple[int, ...]) -> np.ndarray:
@@ -373,7 +419,7 @@ class _BoundCapped(beam.DoFn):
 
     def _kept_windows(self, frame: pd.DataFrame) -> np.ndarray:
         """Rows of the windows each unit keeps (max_windows), as a boolean mask."""
-        user_codes, users = pd.factorize(frame["user"].to_numpy())
+        user_codes, users = pd.factorize(frame["user"].array)
         windows = frame["window"].to_numpy().astype(np.int64)
         pairs, row_pair = np.unique(user_codes.astype(np.int64) * self._window.count + windows, return_inverse=True)
         pair_users, pair_windows = np.divmod(pairs, self._window.count)

@@ -177,6 +177,9 @@ def test_a_plain_scope_stream_pays_each_window_once_and_resumes_without_paying_a
         assert ledger.debit_stream(ticket.stream_id, 1, (0, 1)) == {0: None, 1: None}  # window 0 not again
         with pytest.raises(LedgerError, match="window indices"):
             ledger.debit_stream(ticket.stream_id, 1, _hours(0))
+        with pytest.raises(LedgerError, match="window indices"):
+            ledger.debit_stream(ticket.stream_id, 1, (True,))
+        assert ledger.debit_stream(ticket.stream_id, 1, (1, 1)) == {1: None}  # a repeated window, decided once
         ledger.end_stream(ticket.stream_id, 1, finished=False)
         resumed = ledger.open_stream(scope, window, "job", output="/out/p", job="j1")
         assert resumed.debited == (0, 1) and "2 window(s) paid before" in resumed.message

@@ -5,11 +5,13 @@ The end-to-end runs against the Pub/Sub emulator are in tests/integration/test_p
 from __future__ import annotations
 
 import json
+import math
 import os
 
 import pytest
 
-from dpstream.accounting.events import PureDP
+from dpstream.accounting.events import Gaussian, PureDP, SelfComposed
+from dpstream.accounting.filters import GDPFilter
 from dpstream.accounting.ledger import Ledger, PeriodGrid, Periods
 from dpstream.pipelines.config.specs import ContributionBounds, HistogramSpec, PeakSpec, WindowSpec
 from dpstream.pipelines.planning import plan_job
@@ -240,7 +242,7 @@ def test_a_plain_scope_stream_pays_per_window_only_where_that_costs_no_more(tmp_
         book.init_scope("plain", 10.0, 1e-5, scope_filter)
     job = _pubsub_job(tmp_path, PLAIN_JOB)
     job_budget = runner.budget(job, url)
-    assert (job_budget.window_payment() is None) == pays_per_window
+    assert (job_budget.window_payment(str(tmp_path / "out")) is None) == pays_per_window
     logged: list[str] = []
     expected = "the DirectRunner runs the pipeline inside this process" if pays_per_window else "--detach applies to"
     with pytest.raises(runner.RunError, match=expected):
@@ -257,7 +259,7 @@ def test_windows_that_share_state_are_not_paid_one_at_a_time(tmp_path):
     with Ledger(url, create=True) as book:
         book.init_scope("plain", 10.0, 1e-5, "gdp")
     capped = PLAIN_JOB.replace("delta = 1e-6\n", "delta = 1e-6\nmax_windows = 2\n")
-    reason = runner.budget(_pubsub_job(tmp_path, capped), url).window_payment()
+    reason = runner.budget(_pubsub_job(tmp_path, capped), url).window_payment(str(tmp_path / "out"))
     assert reason is not None and "caps across windows" in reason
 
 
@@ -279,3 +281,28 @@ def test_on_a_plain_scope_each_window_is_paid_once_and_a_refused_one_is_never_pu
         assert [r.label.rsplit(", ", 1)[1] for r in book.history("p")] == ["window 0)", "window 1)"]
     _write(payer, tmp_path / "broken", 2, [{"v": 2}], writer=_IgnoresRefusals)
     assert os.path.exists(tmp_path / "broken" / "window-000002.jsonl"), "the negative control publishes it"
+
+
+def test_a_plain_scope_stream_that_paid_some_windows_resumes_window_by_window(tmp_path):
+    """Regression from an adversarial review: after 4 of 8 windows were paid the scope no longer fits all 8, so
+    the gate said "pay at the end" and the resume took the run path into the stream's own output. A stream of
+    this job that did not finish there keeps paying per window."""
+    from dpstream.pipelines.run import runner
+
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    job = _pubsub_job(tmp_path, PLAIN_JOB)
+    job_budget = runner.budget(job, url)
+    window = job_budget.plan.window_event()
+    output = str(tmp_path / "out")
+    plan_mu = GDPFilter(1.0).cost_terms(SelfComposed(window, job.window.count))["mu"]
+    with Ledger(url, create=True) as book:
+        book.init_scope("plain", 10.0, 1e-5, "gdp")
+        total = book.show("plain").state["remaining_mu"]
+        spent = math.sqrt(total**2 - 0.75 * plan_mu**2)  # leaves room for 6 of the 8 windows
+        book.spend("plain", Gaussian(1.0, spent), "another job")
+    assert job_budget.window_payment(output) is not None  # a new stream would pay at the end
+    with Ledger(url) as book:
+        ticket = book.open_stream("plain", window, "job", output=output, job=job_budget.job_digest())
+        book.debit_stream(ticket.stream_id, 1, (0, 1, 2, 3))
+        book.end_stream(ticket.stream_id, 1, finished=False)
+    assert job_budget.window_payment(output) is None  # its stream resumes, paying the windows not yet paid
