@@ -240,7 +240,7 @@ class _Kept:
 
     def totals(self, units: bool):
         """Per-partition exact sums of the kept cells (with `units`: and how many users they came from)."""
-        return _totals(self.partitions.take(self.partition_of), self.values, units)
+        return _code_totals(self.partition_of, self.partitions, self.values, units)
 
 
 def _kept(frame: pd.DataFrame, index: int, bounds: ContributionBounds, keys: _Keys, partition_keys: _Keys,
@@ -291,6 +291,11 @@ def _totals(labels, sums: np.ndarray, units: bool):
     """Kept cells -> per-partition exact int64 sums, sorted by partition (with `units`: and how many users they
     came from); `labels` an array of partition names (numpy or pandas)."""
     codes, names = pd.factorize(labels)
+    return _code_totals(codes, names, sums, units)
+
+
+def _code_totals(codes: np.ndarray, names, sums: np.ndarray, units: bool):
+    """`_totals` of cells given as codes into the partition names `names`."""
     present, totals, counts = sums_by_code(codes, sums, names)
     index = pd.Index(np.asarray(names.take(present), dtype=object))  # the few partition names, as group_sums has them
     if units:

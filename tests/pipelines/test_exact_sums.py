@@ -225,3 +225,24 @@ def test_neighbouring_exact_sums_stay_within_grid_sensitivity_on_the_noise_grid(
         assert distance <= bound
     if exact:  # no rounding: the grid change is the exact change
         assert change == [Fraction(int(d)) * Fraction(q) for d in a - b]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_sums_by_code_equal_group_sums_exactly(seed):
+    """Bounding sums kept cells per partition code (`sums_by_code`); the oracle is `group_sums` over the labels
+    and Python's unbounded ints, on values near the int64 limit."""
+    from dpstream.pipelines.mechanisms.fixedpoint import SUM_LIMIT, SumOverflowError, sums_by_code
+
+    rng = np.random.default_rng(seed)
+    names = np.array([f"p{i}" for i in range(7)], dtype=object)
+    codes = rng.integers(0, 7, 500)
+    units = rng.integers(-(2**52), 2**52, 500, dtype=np.int64)
+    present, totals, counts = sums_by_code(codes, units, names)
+    expected = group_sums(pd.Series(units, index=names[codes]))
+    assert list(names[present]) == list(expected.index) and totals.tolist() == expected.tolist()
+    assert totals.tolist() == [sum(int(u) for u, c in zip(units, codes) if c == p) for p in present]
+    assert counts.tolist() == [int((codes == p).sum()) for p in present]
+    huge = np.full(4, 2**61, dtype=np.int64)  # one partition past 2**62 units: refused, never wrapped
+    with pytest.raises(SumOverflowError, match="partition 'p0'"):
+        sums_by_code(np.zeros(4, dtype=np.int64), huge, names)
+    assert sums_by_code(np.arange(4), huge, names)[1].tolist() == [2**61] * 4 and 4 * 2.0**61 > SUM_LIMIT
