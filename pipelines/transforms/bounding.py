@@ -264,11 +264,8 @@ def _kept(frame: pd.DataFrame, index: int, bounds: ContributionBounds, keys: _Ke
         # at most max_contributions <= 2**32 records of |units| <= 2**30 per group: no overflow
         sums = np.add.reduceat(frame["value"].to_numpy()[sample], starts)
     user_of, partition_of = np.divmod(distinct, len(partitions))
-    draws = partition_keys.draw(distinct.size, lambda: (
-        partition_keys.strings(np.asarray(users, dtype=object))[user_of],
-        partition_keys.strings(np.asarray(partitions, dtype=object))[partition_of], np.int64(index)))
-    order, rank = _group_ranks(user_of, draws)
-    chosen = order[rank < bounds.max_partitions]
+    chosen = _chosen_partitions(user_of, partition_of, users, partitions, index, bounds.max_partitions,
+                                partition_keys)
     if grid is not None:  # each chosen cell's sampled records (sample[starts[c]:starts[c + 1]])
         cell_of = np.repeat(np.arange(distinct.size), np.diff(np.r_[starts, sample.size]))
         picked = np.zeros(distinct.size, dtype=bool)
@@ -278,6 +275,24 @@ def _kept(frame: pd.DataFrame, index: int, bounds: ContributionBounds, keys: _Ke
     else:
         values = sums[chosen]
     return _Kept(users, user_of[chosen], partitions, partition_of[chosen], values)
+
+
+def _chosen_partitions(user_of: np.ndarray, partition_of: np.ndarray, users, partitions, index: int, most: int,
+                       partition_keys: _Keys) -> np.ndarray:
+    """The cells (rows of `user_of`, `partition_of`, one per distinct (user, partition) of a window, sorted by user)
+    kept by step 3: all of a user's cells when they are at most `most`, else the `most` with the smallest random
+    keys (a uniform choice). Keys are drawn only for the users that have more cells than `most`, the only ones
+    a choice is made for. Returned in row order."""
+    crowded = np.bincount(user_of)[user_of] > most
+    if not crowded.any():
+        return np.arange(user_of.size)
+    rows = np.flatnonzero(crowded)
+    draws = partition_keys.draw(rows.size, lambda: (
+        partition_keys.strings(np.asarray(users, dtype=object))[user_of[rows]],
+        partition_keys.strings(np.asarray(partitions, dtype=object))[partition_of[rows]], np.int64(index)))
+    order, rank = _group_ranks(user_of[rows], draws)
+    crowded[rows[order[rank < most]]] = False  # now: the rows not kept
+    return np.flatnonzero(~crowded)
 
 
 def _kept_cells(frame: pd.DataFrame, index: int, bounds: ContributionBounds, keys: _Keys,
