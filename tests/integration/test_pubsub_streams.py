@@ -85,7 +85,7 @@ def _seconds(text: str) -> float:
 
 @pytest.mark.timeout(150)
 def test_an_open_ended_stream_pays_each_period_when_its_first_window_is_released(emulator, tmp_path):
-    window_s, period_s, windows = 2, 4, 12  # events for six periods of two windows; the job has no end
+    window_s, period_s, windows = 2, 4, 24  # events for twelve periods of two windows; the job has no end
     topic, subscription = _topic_and_subscription(emulator, "paid")
     ledger = _ledger(tmp_path, period_s)
     start = _on_grid(period_s, 3 * LEAD_S)  # the open-ended range's 5,000 windows take the DirectRunner 10-25 s
@@ -93,7 +93,7 @@ def test_an_open_ended_stream_pays_each_period_when_its_first_window_is_released
     job = _job(start, windows, window_s, period_s, 0, pubsub_input(subscription), "out")
     (tmp_path / "job.toml").write_text("\n".join(line for line in job.splitlines() if not line.startswith("end =")))
     assert jobfile.load(str(tmp_path / "job.toml")).window.count == jobfile.OPEN_ENDED_WINDOWS
-    stop_at = start + 5 * period_s + 1.5  # at least three periods released even on a slow machine, not all six
+    stop_at = start + 8 * period_s + 1.5  # at least three periods released even on a slow machine, not all twelve
     with _traffic(emulator[0], topic, start + 3600):
         outcome = runner.run(jobfile.load(str(tmp_path / "job.toml")), ledger_url=ledger, log=lambda _: None,
                              max_seconds=stop_at - time.time())
