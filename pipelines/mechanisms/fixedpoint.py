@@ -165,16 +165,16 @@ def sums_by_code(codes: np.ndarray, units: np.ndarray, names=None) -> tuple[np.n
     units = np.asarray(units)
     if units.dtype.kind != "i":
         raise TypeError(f"exact sums need int64 value units, got dtype {units.dtype}")
+    if not units.size:
+        return np.asarray(codes)[:0], units[:0].astype(np.int64), np.array([], dtype=np.int64)
     order = np.argsort(codes, kind="stable")
     ordered = codes[order]
-    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]]) if ordered.size else np.array([], dtype=np.int64)
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
     magnitudes = np.abs(units.astype(np.float64))[order]
     if magnitudes.sum() > SUM_LIMIT:  # all codes together exceed the limit: check code by code
         per_code = np.add.reduceat(magnitudes, starts)
         labels = ordered[starts] if names is None else np.asarray(names, dtype=object)[ordered[starts]]
         _require_in_range(pd.Series(per_code, index=labels), "partition")
-    if not ordered.size:
-        return ordered, units[:0].astype(np.int64), np.array([], dtype=np.int64)
     return ordered[starts], np.add.reduceat(units[order].astype(np.int64), starts), np.diff(np.r_[starts, ordered.size])
 
 
