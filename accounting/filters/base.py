@@ -22,7 +22,7 @@ from fractions import Fraction
 from typing import Any, ClassVar, Mapping
 
 from dpstream.accounting.composition import leaf_counts
-from dpstream.accounting.events import Event, InvalidEventError, SelfComposed
+from dpstream.accounting.events import Composed, Event, InvalidEventError, SelfComposed
 
 
 class UnsupportedByFilterError(ValueError):
@@ -175,19 +175,23 @@ class EventFilter(PrivacyFilter):
         self._apply(new_state)
         return True
 
-    def charges_evenly(self, part: Event, times: int) -> bool:
-        """Whether `times` charges of `part`, one filter round each, are all admitted now and leave this filter
-        where one charge of their composition would (to 1e-9 relative in every term of `left_terms`). Then a
-        stream may pay window by window at no more than the price of all its windows at once
-        (docs/proofs/pipelines.run.stream.md, plain scopes). Changes nothing.
+    def charges_evenly(self, part: Event, times: int, opening: Event | None = None) -> bool:
+        """Whether `opening` (if any) and then `times` charges of `part`, one filter round each, are all admitted
+        now and leave this filter where one charge of their composition would (to 1e-9 relative in every term
+        of `left_terms`). Then a stream may pay its svt monitors' budgets when it opens them and its windows one
+        by one at no more than the price of all of it at once (docs/proofs/pipelines.run.stream.md, plain
+        scopes). Changes nothing.
 
         Tried on copies of the filter; a filter whose price is not additive over rounds (`_prices_additively`)
         answers False without trying, as does one that cannot price `part`. Runtime: `times` charges of `part`."""
+        first = () if opening is None else (opening,)
         whole, split = EventFilter.from_dict(self.to_dict()), EventFilter.from_dict(self.to_dict())
         try:
-            if times < 1 or not self._prices_additively(self._leaves(part)):
+            if times < 1 or not self._prices_additively(self._leaves(Composed(first + (part,)))):
                 return False
-            if not whole.try_spend(SelfComposed(part, times)) or not all(split.try_spend(part) for _ in range(times)):
+            rounds = list(first) + [part] * times
+            if not whole.try_spend(Composed(first + (SelfComposed(part, times),))) or not all(
+                    split.try_spend(r) for r in rounds):
                 return False
         except ValueError:  # leaves the filter cannot price (UnsupportedByFilterError): it admits neither way
             return False

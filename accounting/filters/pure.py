@@ -228,17 +228,22 @@ class ApproxDPFilter(EventFilter):
 
         return min(candidates, key=share)
 
-    def charges_evenly(self, part: Event, times: int) -> bool:
-        """`EventFilter.charges_evenly` from two prices: the basic one must be charged for `part` and for its
-        `times`-fold composition (then `times` rounds of `part` add up to exactly the composition's price), and
-        the composition must fit. A release priced by the accountant composes below the sum of its parts, so
-        splitting it into rounds would cost more: False."""
-        leaves = self._leaves(part)
-        basic = basic_total(leaves)
-        if times < 1 or basic is None or self.price(leaves) != basic:
+    def charges_evenly(self, part: Event, times: int, opening: Event | None = None) -> bool:
+        """`EventFilter.charges_evenly` from two prices: the basic one must be charged for `opening`, for `part`
+        and for the composition of `opening` and `times` of `part` (then the rounds add up to exactly the
+        composition's price), and the composition must fit. A release priced by the accountant composes below
+        the sum of its parts, so splitting it into rounds would cost more: False."""
+        part_leaves = self._leaves(part)
+        opened = {} if opening is None else self._leaves(opening)
+        part_price, opening_price = basic_total(part_leaves), basic_total(opened)
+        if (times < 1 or part_price is None or opening_price is None or self.price(part_leaves) != part_price
+                or (opened and self.price(opened) != opening_price)):
             return False
-        whole = {leaf: count * times for leaf, count in leaves.items()}
-        return self.price(whole) == (basic[0] * times, basic[1] * times) and self._charge(whole) is not None
+        whole = {leaf: count * times for leaf, count in part_leaves.items()}
+        for leaf, count in opened.items():
+            whole[leaf] = whole.get(leaf, 0) + count
+        total = (part_price[0] * times + opening_price[0], part_price[1] * times + opening_price[1])
+        return self.price(whole) == total and self._charge(whole) is not None
 
     def cost_terms(self, event: Event) -> dict[str, float]:
         epsilon, delta = self.price(self._leaves(event))

@@ -119,7 +119,7 @@ from dpstream.accounting.ledger.store import (
     parse_filter_spec,
     resolve_url,
 )
-from dpstream.accounting.ledger.streams import STREAM_STATES, StreamRecord, StreamTicket
+from dpstream.accounting.ledger.streams import STREAM_STATES, StreamMonitor, StreamRecord, StreamTicket
 
 __all__ = [
     "DEFAULT_LEASE_SECONDS",
@@ -143,6 +143,7 @@ __all__ = [
     "ScopeView",
     "SpendResult",
     "STREAM_STATES",
+    "StreamMonitor",
     "StreamRecord",
     "StreamTicket",
     "UnknownScopeError",

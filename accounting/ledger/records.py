@@ -144,12 +144,14 @@ class MonitorView:
     instances: int | None = None
     delta_used: float | None = None
     legacy: str | None = None
+    stream: int | None = None  # the live stream answering it (`Ledger.open_stream` with monitors)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready; the optional figures only when present."""
         out = {"name": self.name, "epsilon": self.epsilon, "delta": self.delta, "halted": self.halted,
                "checked_out": self.checked_out}
-        out.update({key: getattr(self, key) for key in ("lease_until", "legacy_hold", "instances", "delta_used", "legacy")
+        out.update({key: getattr(self, key)
+                    for key in ("lease_until", "legacy_hold", "instances", "delta_used", "legacy", "stream")
                     if getattr(self, key) is not None})
         return out
 
@@ -218,16 +220,16 @@ class MonitorRecord:
         return cls(data.get("monitor", {}), data.get("next_start"), data.get("checked_out"))
 
 
-def monitor_view(row: sa.Row, lease: tuple[int, float] | None) -> MonitorView:
-    """The public view of a monitor row (`lease`: the run holding it and until when): only the filter's
-    `public_dict` is read from the sealed record.
+def monitor_view(row: sa.Row, lease: tuple[int, float] | None, stream: int | None = None) -> MonitorView:
+    """The public view of a monitor row (`lease`: the run holding it and until when; `stream`: the live stream
+    answering it): only the filter's `public_dict` is read from the sealed record.
 
     A record whose filter cannot be loaded (sealed by an older dpstream under the printed FSRC rule, which
     charges delta once) is shown with `legacy` set instead.
     """
     record = MonitorRecord.from_json(row.sealed_state)
     view = MonitorView(row.name, row.epsilon, row.delta, bool(row.halted), None if lease is None else lease[0],
-                       None if lease is None else lease[1], record.checked_out)
+                       None if lease is None else lease[1], record.checked_out, stream=stream)
     sealed_filter = record.state.get("filter")
     if sealed_filter is None:
         return view

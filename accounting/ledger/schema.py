@@ -8,9 +8,10 @@
   periods each release was charged to;
 - `dpstream_runs`: every run that asked to publish (`Ledger.open_run`): its outcome, its lease on monitors and
   an output location, and the release its publication debited;
-- `dpstream_streams`, `dpstream_stream_periods`: streams that pay as their windows are released
-  (`Ledger.open_stream`): the event each period is charged, the output, the session that may debit, and each
-  period's one decision (the release that debited it, or the refusal).
+- `dpstream_streams`, `dpstream_stream_periods`, `dpstream_stream_monitors`: streams that pay as their windows
+  are released (`Ledger.open_stream`): the event each period is charged, the output, the session that may debit,
+  each period's one decision (the release that debited it, or the refusal), and the svt monitors it answers
+  (with the release that debited a monitor's budget when the stream opened it).
 Ledgers written before a table existed gain it when opened (`upgrade`): adding a table changes no row.
 """
 from __future__ import annotations
@@ -32,6 +33,7 @@ class Tables:
     retired: sa.Table
     streams: sa.Table
     stream_periods: sa.Table
+    stream_monitors: sa.Table
 
 
 def define_tables() -> Tables:
@@ -134,14 +136,23 @@ def define_tables() -> Tables:
         sa.Column("refusal", sa.Text, nullable=True),
         sa.Column("decided_at", sa.String(40), nullable=False),
     )
+    stream_monitors = sa.Table(
+        "dpstream_stream_monitors",
+        metadata,
+        sa.Column("stream_id", sa.Integer, sa.ForeignKey("dpstream_streams.id"), primary_key=True,
+                  autoincrement=False),
+        sa.Column("name", sa.String(200), primary_key=True),
+        # the debit of the monitor's budget when this stream opened it; None: it was open before
+        sa.Column("release_id", sa.Integer, sa.ForeignKey("dpstream_releases.id"), nullable=True),
+    )
     return Tables(metadata, scopes, releases, monitors, periods, release_periods, runs, retired, streams,
-                  stream_periods)
+                  stream_periods, stream_monitors)
 
 
 def upgrade(engine: sa.Engine, tables: Tables, existing: set[str]) -> None:
     """Create the tables a ledger written by an older dpstream lacks (`existing`: the tables it has); never
     alters an existing table."""
-    missing = [t for t in (tables.runs, tables.retired, tables.streams, tables.stream_periods)
-               if t.name not in existing]
+    added = (tables.runs, tables.retired, tables.streams, tables.stream_periods, tables.stream_monitors)
+    missing = [t for t in added if t.name not in existing]
     if missing:
         tables.metadata.create_all(engine, tables=missing)

@@ -48,6 +48,7 @@ from dpstream.accounting.ledger.streams import (
     FINISHED,
     STOPPED,
     STREAMING,
+    StreamMonitor,
     StreamRecord,
     StreamTicket,
     check_template,
@@ -55,7 +56,9 @@ from dpstream.accounting.ledger.streams import (
     decided,
     find_open,
     lease_is_live,
+    monitor_leases,
     stream_grid,
+    stream_monitors,
     stream_record,
 )
 from dpstream.accounting.text import instant_text
@@ -449,14 +452,27 @@ class Ledger:
     # -- streams: debited one period at a time, as their windows are released -------------------------
 
     def open_stream(self, scope: str, event: Event, label: str, *, output: str, job: str,
-                    lease_seconds: float = DEFAULT_LEASE_SECONDS) -> StreamTicket:
+                    lease_seconds: float = DEFAULT_LEASE_SECONDS, monitors: Mapping[str, StreamMonitor] | None = None,
+                    opening: Event | None = None) -> StreamTicket:
         """Open a stream that pays `event` per step as it publishes into `output` (`accounting.ledger.streams`):
         per period of a period scope, per window of a plain scope. Or resume the stream of the same `job` (a digest
         of the public job) into `output` that stopped, was killed or lost its lease: it keeps its decided steps
-        and starts a new session. Nothing is debited (`debit_stream` debits). LedgerError when the output is
+        and starts a new session. No step is debited (`debit_stream` debits). LedgerError when the output is
         leased to a live run or stream, or the output's stream was made by another job; a refused ticket is
-        never returned: a stream no step could admit raises LedgerError too, with the refusal."""
+        never returned: a stream no step could admit raises LedgerError too, with the refusal.
+
+        `monitors`: the svt monitors the stream answers (plain scopes only), leased to it while it streams and
+        sealed after each window (`seal_stream_monitor`). A new one (record None) is opened here: `opening`, the
+        composition of the new monitors' budgets, is debited once, in this transaction, and each gets its
+        `initial` record; a monitor to continue must still have the record the caller read. A refused opening
+        raises LedgerError("refused: ...") and records nothing."""
         _check_event(label, event, None)
+        monitors = dict(monitors or {})
+        for name in monitors:
+            _check_name("monitor", name, 200)
+        opened = sorted(name for name, monitor in monitors.items() if monitor.record is None)
+        if bool(opened) != (opening is not None) or any(monitors[n].initial is None for n in opened):
+            raise LedgerError(f"a stream opening monitors {opened} needs their budgets' event and first records")
         _check_name("output", output, 4000)
         if not (math.isfinite(lease_seconds) and lease_seconds > 0):
             raise LedgerError(f"a stream's lease must be a positive number of seconds, got {lease_seconds!r}")
@@ -474,6 +490,12 @@ class Ledger:
                 raise LedgerError(f"output {output} holds stream {found.id} ({found.label!r}) of another job; a "
                                   f"stream resumes only with the same job file (same releases, bounds, windows "
                                   f"and budget); write to another output; nothing was debited")
+            if monitors:
+                self._refuse_monitors(row)
+                self._check_monitors(conn, scope, {n: (m.epsilon, m.delta, m.record) for n, m in monitors.items()})
+            if found is not None and set(stream_monitors(self.tables, conn, found.id)) != set(monitors):
+                raise LedgerError(f"output {output} holds stream {found.id} ({found.label!r}), which answers other svt "
+                                  f"monitors; a stream resumes only with its own; nothing was debited")
             if found is not None and found.events != json.dumps(event.to_dict()):
                 raise LedgerError(f"output {output} holds stream {found.id} ({found.label!r}), which charges each "
                                   f"step {found.events}, but this run's plan charges {json.dumps(event.to_dict())} "
@@ -489,6 +511,8 @@ class Ledger:
                 conn.execute(self.streams.update().where(self.streams.c.id == stream_id).values(
                     status=STREAMING, session=session, lease_until=clock + lease_seconds, reason=None,
                     updated_at=now_text()))
+            if found is None and monitors:
+                self._open_stream_monitors(conn, row, stream_id, label, monitors, opening)
             debited, refused = decided(self.tables, conn, stream_id)
         verb = "resumed" if found is not None else "opened"
         step = "window" if grid is None else "period"
@@ -497,6 +521,29 @@ class Ledger:
         return StreamTicket(stream_id, session, found is not None, grid, tuple(sorted(debited)), refused,
                             f"{verb}: stream {stream_id} ({label!r}) on scope {scope!r} pays {pays}"
                             + (f" ({len(debited)} {step}(s) paid before)" if debited else ""))
+
+    def _open_stream_monitors(self, conn: sa.Connection, row: sa.Row, stream_id: int, label: str,
+                              monitors: Mapping[str, StreamMonitor], opening: Event | None) -> None:
+        """Debit the new monitors' budgets (one release) and record the stream's monitors; LedgerError when the
+        scope refuses the opening."""
+        release_id = None
+        if opening is not None:
+            names = sorted(n for n, m in monitors.items() if m.record is None)
+            decision = decide(self.tables, conn, row, opening, f"{label} (stream {stream_id}, opening svt monitor(s) "
+                                                               f"{', '.join(names)})", None)
+            release_id = decision.write(conn)
+            if release_id is None:
+                raise LedgerError(f"{decision.refusal}; the stream's svt monitors were not opened; nothing was read "
+                                  f"or debited")
+        for name, monitor in monitors.items():
+            if monitor.record is None:
+                assert monitor.initial is not None
+                conn.execute(self.monitors.insert().values(
+                    scope=row.name, name=name, epsilon=float(monitor.epsilon), delta=float(monitor.delta),
+                    sealed_state=replace(monitor.initial, checked_out=None).to_json(), halted=False,
+                    created_at=now_text()))
+            conn.execute(self.tables.stream_monitors.insert().values(
+                stream_id=stream_id, name=name, release_id=None if monitor.record is not None else release_id))
 
     def debit_stream(self, stream_id: int, session: int, steps: Periods | tuple[int, ...],
                      lease_seconds: float | None = None) -> dict[int, str | None]:
@@ -507,20 +554,8 @@ class Ledger:
         stream live by releasing windows). LedgerError when the stream is not streaming in `session` (stopped,
         finished, or resumed by a newer session)."""
         with self._transaction() as conn:
-            scope = conn.execute(sa.select(self.streams.c.scope).where(self.streams.c.id == stream_id)).scalar()
-            if scope is None:
-                raise LedgerError(f"ledger {self.display_url} has no stream {stream_id!r}")
-            row = self._lock_scope(conn, scope)
-            stream = conn.execute(sa.select(self.streams).where(self.streams.c.id == stream_id)
-                                  .with_for_update()).one()
-            if stream.status != STREAMING or stream.session != session or not lease_is_live(stream):
-                state = stream.status if lease_is_live(stream) or stream.status != STREAMING else "expired"
-                raise LedgerError(f"stream {stream_id} is {state} in session {stream.session}, not streaming in "
-                                  f"session {session} with a live lease; its window is not published (run the "
-                                  f"job again to resume the stream)")
-            if lease_seconds is not None:
-                conn.execute(self.streams.update().where(self.streams.c.id == stream_id).values(
-                    lease_until=max(stream.lease_until, time.time() + lease_seconds), updated_at=now_text()))
+            row, stream = self._streaming_session(conn, stream_id, session, lease_seconds)
+            scope = stream.scope
             debited, refused = decided(self.tables, conn, stream_id)
             grid = stream_grid(row)
             out: dict[int, str | None] = {}
@@ -534,6 +569,48 @@ class Ledger:
                     if grid is None:  # the scope's one filter changed: the next window is decided on its new state
                         row = self._lock_scope(conn, scope)
         return out
+
+    def seal_stream_monitor(self, stream_id: int, session: int, name: str, record: MonitorRecord, halted: bool,
+                            lease_seconds: float | None = None) -> bool:
+        """Store svt monitor `name`'s sealed `record` after one of the stream's windows, before that window's alert
+        is published; True when stored, False when the ledger already holds a later one (a window sealed out of
+        order: the later record covers it). LedgerError as `debit_stream` (the session may not publish), or when
+        the stream does not answer `name`. `lease_seconds`: as in `debit_stream`."""
+        if record.next_start is None or not math.isfinite(record.next_start):
+            raise LedgerError(f"monitor {name!r}: a sealed record needs the window start it continues at")
+        with self._transaction() as conn:
+            row, stream = self._streaming_session(conn, stream_id, session, lease_seconds)
+            if name not in stream_monitors(self.tables, conn, stream_id):
+                raise LedgerError(f"stream {stream_id} does not answer svt monitor {name!r}")
+            current = self._monitor_row(conn, row.name, name)
+            if current is None:
+                raise LedgerError(f"scope {row.name!r} has no svt monitor {name!r}; its window is not published")
+            stored = MonitorRecord.from_json(current.sealed_state).next_start
+            if stored is not None and record.next_start <= stored:
+                return False
+            conn.execute(self.monitors.update()
+                         .where((self.monitors.c.scope == row.name) & (self.monitors.c.name == name))
+                         .values(sealed_state=replace(record, checked_out=None).to_json(), halted=bool(halted)))
+            return True
+
+    def _streaming_session(self, conn: sa.Connection, stream_id: int, session: int,
+                           lease_seconds: float | None) -> tuple[sa.Row, sa.Row]:
+        """(the scope row, locked; the stream row, locked) when `session` streams with a live lease (extended to
+        `lease_seconds` from now when given), else LedgerError: its window must not be published."""
+        scope = conn.execute(sa.select(self.streams.c.scope).where(self.streams.c.id == stream_id)).scalar()
+        if scope is None:
+            raise LedgerError(f"ledger {self.display_url} has no stream {stream_id!r}")
+        row = self._lock_scope(conn, scope)
+        stream = conn.execute(sa.select(self.streams).where(self.streams.c.id == stream_id).with_for_update()).one()
+        if stream.status != STREAMING or stream.session != session or not lease_is_live(stream):
+            state = stream.status if lease_is_live(stream) or stream.status != STREAMING else "expired"
+            raise LedgerError(f"stream {stream_id} is {state} in session {stream.session}, not streaming in "
+                              f"session {session} with a live lease; its window is not published (run the "
+                              f"job again to resume the stream)")
+        if lease_seconds is not None:
+            conn.execute(self.streams.update().where(self.streams.c.id == stream_id).values(
+                lease_until=max(stream.lease_until, time.time() + lease_seconds), updated_at=now_text()))
+        return row, stream
 
     def renew_stream(self, stream_id: int, session: int, lease_seconds: float = DEFAULT_LEASE_SECONDS) -> None:
         """Extend a streaming session's lease; LedgerError when the stream is not streaming in that session."""
@@ -674,8 +751,13 @@ class Ledger:
 
     def _check_monitors(self, conn: sa.Connection, scope: str,
                         monitors: Mapping[str, tuple[float, float, MonitorRecord | None]]) -> None:
-        leases = self._monitor_leases(conn, scope, time.time())
+        clock = time.time()
+        leases, streaming = self._monitor_leases(conn, scope, clock), monitor_leases(self.tables, conn, scope, clock)
         for name, (_, _, expected) in monitors.items():
+            if name in streaming:
+                holder, until = streaming[name]
+                raise LedgerError(f"monitor {name!r} on scope {scope!r} is answered by stream {holder}, whose lease "
+                                  f"runs until {instant_text(until)}; nothing was debited")
             if name in leases:
                 holder, until = leases[name]
                 when = "until its pipeline checks it in" if math.isinf(until) else f"until {instant_text(until)}"
@@ -788,10 +870,11 @@ class Ledger:
         monitors = conn.execute(
             sa.select(self.monitors).where(self.monitors.c.scope == scope).order_by(self.monitors.c.name)
         ).all()
-        leases = self._monitor_leases(conn, scope, time.time())
+        clock = time.time()
+        leases, streaming = self._monitor_leases(conn, scope, clock), monitor_leases(self.tables, conn, scope, clock)
         grid, template = scope_config(row)
         period_rows = [] if grid is None else self._period_rows(conn, scope)
-        monitors_view = tuple(monitor_view(m, leases.get(m.name)) for m in monitors)
+        monitors_view = tuple(monitor_view(m, leases.get(m.name), streaming.get(m.name, (None,))[0]) for m in monitors)
         retired = conn.execute(sa.select(self.retired).where(self.retired.c.scope == scope)).one_or_none()
         retired_text = None if retired is None else f"{retired.retired_at} ({retired.reason})"
         if grid is not None:

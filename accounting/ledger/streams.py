@@ -32,13 +32,24 @@ from dpstream.accounting.filters import EventFilter
 from dpstream.accounting.ledger.decisions import decide, now_text
 from dpstream.accounting.ledger.errors import LedgerError
 from dpstream.accounting.ledger.periods import PeriodGrid, Periods
-from dpstream.accounting.ledger.records import scope_config
+from dpstream.accounting.ledger.records import MonitorRecord, scope_config
 from dpstream.accounting.ledger.schema import Tables
 
 STREAMING, STOPPED, FINISHED = "streaming", "stopped", "finished"
 STREAM_STATES = (STREAMING, STOPPED, FINISHED)
 """A stream's states: streaming (a session holds its lease), stopped (ended, or its lease ran out: it may be
 resumed), finished (every window of its range was released or refused; it takes no more debits)."""
+
+
+@dataclass(frozen=True)
+class StreamMonitor:
+    """An svt monitor a stream answers (`Ledger.open_stream`): its budget, the sealed record the caller read (None:
+    the stream opens it, debiting its budget once, and stores `initial` as its first record)."""
+
+    epsilon: float
+    delta: float
+    record: MonitorRecord | None
+    initial: MonitorRecord | None = None
 
 
 @dataclass(frozen=True)
@@ -75,13 +86,15 @@ class StreamRecord:
     created_at: str
     updated_at: str
     pays: str = "period"  # what a step is: "period" (a period scope) or "window" (a plain scope)
+    monitors: tuple[str, ...] = ()  # the svt monitors it answers, sealed in the ledger after each window
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready; the steps under `periods_debited`/`periods_refused` or `windows_debited`/`windows_refused`."""
         return {"stream": self.stream_id, "scope": self.scope, "label": self.label, "output": self.output,
                 "job": self.job, "status": self.status, "session": self.session, "lease_until": self.lease_until,
                 "events": self.event.to_dict(), "pays": self.pays, f"{self.pays}s_debited": sorted(self.debited),
-                f"{self.pays}s_refused": {str(k): v for k, v in sorted(self.refused.items())}, "reason": self.reason,
+                f"{self.pays}s_refused": {str(k): v for k, v in sorted(self.refused.items())},
+                "monitors": list(self.monitors), "reason": self.reason,
                 "created_at": self.created_at, "updated_at": self.updated_at}
 
 
@@ -150,4 +163,23 @@ def stream_record(tables: Tables, conn: sa.Connection, stream: sa.Row) -> Stream
     return StreamRecord(stream.id, stream.scope, stream.label, stream.output, stream.job, status, stream.session,
                         stream.lease_until, Event.from_dict(json.loads(stream.events)), debited, refused,
                         stream.reason if status == stream.status else "its lease ran out (killed or cut off)",
-                        stream.created_at, stream.updated_at, "window" if stream_grid(scope) is None else "period")
+                        stream.created_at, stream.updated_at, "window" if stream_grid(scope) is None else "period",
+                        tuple(sorted(stream_monitors(tables, conn, stream.id))))
+
+
+def stream_monitors(tables: Tables, conn: sa.Connection, stream_id: int) -> dict[str, int | None]:
+    """The svt monitors a stream answers: name -> the release that debited its budget when the stream opened it
+    (None: it was open before)."""
+    table = tables.stream_monitors
+    rows = conn.execute(sa.select(table).where(table.c.stream_id == stream_id)).all()
+    return {r.name: r.release_id for r in rows}
+
+
+def monitor_leases(tables: Tables, conn: sa.Connection, scope: str, clock: float) -> dict[str, tuple[int, float]]:
+    """Monitor name -> (the live stream answering it, its lease end) on `scope`."""
+    streams, held = tables.streams, tables.stream_monitors
+    rows = conn.execute(sa.select(held.c.name, streams.c.id, streams.c.lease_until)
+                        .join(streams, streams.c.id == held.c.stream_id)
+                        .where((streams.c.scope == scope) & (streams.c.status == STREAMING)
+                               & (streams.c.lease_until >= clock))).all()
+    return {r.name: (int(r.id), float(r.lease_until)) for r in rows}

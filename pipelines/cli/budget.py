@@ -277,6 +277,8 @@ def _monitor_line(monitor: MonitorView) -> str:
         until = ("until its pipeline checks it in" if monitor.lease_until is None or math.isinf(monitor.lease_until)
                  else f"until {instant_text(monitor.lease_until)}")
         status += f", leased to run {monitor.checked_out} {until}"
+    if monitor.stream is not None:
+        status += f", answered by live stream {monitor.stream} (sealed after each window it publishes)"
     if monitor.legacy_hold is not None:
         status += (f", held by release {monitor.legacy_hold} of an older dpstream (`dpstream budget release "
                    f"--monitor {monitor.name}` ends the hold)")

@@ -97,22 +97,30 @@ class JobPlan:
         return self.calibrated.events(without=frozenset(continued))
 
     def window_event(self) -> Event | None:
-        """What one window of the range costs on its own, when the plan is the same mechanism run once per window:
-        each release's event run count / W times (W windows). A stream on a plain scope may then pay window by
-        window, each window one round of the scope's filter (docs/proofs/pipelines.run.stream.md, plain scopes).
+        """What one window of the range costs on its own, svt monitors aside, when the plan is the same mechanism
+        run once per window: each release's event run count / W times (W windows). A stream on a plain scope may
+        then pay window by window, each window one round of the scope's filter, and each new svt monitor's
+        budget once, when the stream opens it (`opening_event`; docs/proofs/pipelines.run.stream.md).
+        Composed(()) for a plan of svt releases only (its windows cost nothing beyond the monitors).
 
         None when the windows are not independent rounds of one mechanism: a user x period unit (its budget is per
         period), caps across windows (a unit's windows share its caps: the plan composes fewer than W), peaks
-        (a row reads a period of windows), svt monitors (one budget for the whole run, with ex-post charges), or a
-        release whose count is not a multiple of W.
+        (a row reads a period of windows), or a release whose count is not a multiple of W.
         Privacy: per window, contribution bounding bounds each unit's effect on that window alone by the planned
-        sensitivities, so window i's releases are this event's mechanisms, given any earlier windows' outputs."""
+        sensitivities, so window i's releases are this event's mechanisms, given any earlier windows' outputs; a
+        monitor's alerts are its own mechanism, covered by its budget whatever windows it answers."""
         windows = self.window.count
         counts = [r.release.count for r in self.calibrated.releases]
-        if (self.unit_period is not None or self.window_cap is not None or self.calibrated.fixed
-                or any(isinstance(r, (PeakPlan, SvtPlan)) for r in self.releases) or any(c % windows for c in counts)):
+        if (self.unit_period is not None or self.window_cap is not None
+                or any(isinstance(r, PeakPlan) for r in self.releases) or any(c % windows for c in counts)):
             return None
         return Composed(tuple(SelfComposed(r.event, r.release.count // windows) for r in self.calibrated.releases))
+
+    def opening_event(self, continued: frozenset[str] = frozenset()) -> Event | None:
+        """The budgets of the svt monitors this plan opens (all but `continued`, already open on the scope),
+        composed; None when it opens none. With `window_event`, W times, it makes up `events(continued)`."""
+        opened = tuple(f.event for f in self.calibrated.fixed if f.name not in continued)
+        return Composed(opened) if opened else None
 
     @cached_property
     def window_cap(self) -> WindowCap | None:

@@ -262,12 +262,17 @@ def _stream_text(budget: dict[str, Any], stream: dict[str, Any]) -> str:
     """How a stream paid: per period, or per window on a plain scope, as its windows were released."""
     if stream.get("pays") == "window":
         debited, refused = stream["windows_debited"], stream["windows_refused"]
+        monitors = stream.get("monitors") or []
         return (f"Scope `{budget['scope']}` in ledger `{budget['ledger']}` holds one budget, and this job is stream "
                 f"{stream['stream']} (session {stream['session']}): its windows are independent rounds of the scope's "
                 f"filter, so each window was debited once, with the events above (one window's mechanisms), when it "
                 f"was about to be published, from inside the pipeline; a window is published only after its debit. Windows debited so far: "
                 f"{len(debited)}" + (f" ({debited[0]} .. {debited[-1]})" if debited else "") + ". "
-                + (f"Windows refused (not published): {_period_list(list(refused))}. " if refused else ""))
+                + (f"Windows refused (not published): {_period_list(list(refused))}. " if refused else "")
+                + (f"The budget of svt monitor(s) {', '.join(monitors)} was debited once, when the monitor was first "
+                   f"opened on the scope (by this stream or an earlier run), never per window; its state is sealed "
+                   f"in the ledger after each window, before that window's alert is published, so a resumed stream "
+                   f"continues it. " if monitors else ""))
     debited, refused = stream["periods_debited"], stream["periods_refused"]
     skipped = stream.get("windows_skipped") or []
     return (f"Scope `{budget['scope']}` in ledger `{budget['ledger']}` holds a budget per period, and this job is "

@@ -69,6 +69,7 @@ from dpstream.accounting.ledger import (
     PeriodGrid,
     Periods,
     ScopeView,
+    StreamMonitor,
     StreamRecord,
     StreamTicket,
     UnknownScopeError,
@@ -185,12 +186,15 @@ class Budget:
             return _SealState(transform, self._state_path(name))
         return transform
 
-    def apply(self, events: beam.PCollection) -> dict[str, beam.PCollection]:
-        """Every release of the budget applied to `events`: release name -> dict rows."""
+    def apply(self, events: beam.PCollection, paid_from: int | None = None) -> dict[str, beam.PCollection]:
+        """Every release of the budget applied to `events`: release name -> dict rows. `paid_from`: on a stream that
+        pays as it releases (`dpstream run`), the window its svt monitors answer next (`monitor_start`); their
+        rows then travel as (row, sealed state) to the stream's payer, which seals the state before publishing."""
         initial = {m.name: self._initial_state(m) for m in self.plan.monitors()}
-        snapshots = None if events.is_bounded else {m.name: self._snapshot_dir(m.name) for m in self.plan.monitors()}
+        snapshots = None if events.is_bounded or paid_from is not None else {
+            m.name: self._snapshot_dir(m.name) for m in self.plan.monitors()}
         rows, states = release_graph(events, self.releases, self.plan, self.bounds, self.window, self.seed,
-                                     self.shards, initial, snapshots)
+                                     self.shards, initial, snapshots, paid_from)
         for name, state in states.items():
             if state.is_bounded:  # streaming monitors seal a snapshot per window instead (`sealed_states`)
                 state | f"Seal state {name}" >> _WriteState(self._state_path(name))
@@ -204,7 +208,9 @@ class Budget:
         may publish into at a time). Nothing is debited: `commit` debits when the outputs are complete.
         RunError (exit 2): scope missing, ledger unusable, a monitor or the output leased to another run."""
         records = self.monitor_records
-        continued = frozenset(name for name, record in records.items() if record is not None)
+        for planned in self.plan.monitors():
+            self._check_start(planned, records[planned.name])
+        continued = self._continued()
         event = Composed(tuple(self.plan.events(continued)))
         monitors = {m.name: (m.epsilon, m.delta, records[m.name]) for m in self.plan.monitors()}
         label = label or (f"dpstream at {datetime.now(timezone.utc).isoformat(timespec='seconds')}: "
@@ -288,17 +294,18 @@ class Budget:
         their composition (`EventFilter.charges_evenly`, on the scope's state now). Public values only."""
         event = self.plan.window_event()
         if event is None:
-            return ("its windows share state or budget (a unit period, caps across windows, peaks or svt "
-                    "monitors), so they are not separate rounds")
+            return ("its windows share state or budget (a unit period, caps across windows or peaks), so they are "
+                    "not separate rounds")
         with self._ledger("nothing was debited") as ledger:
             streams = ledger.streams_of(self.scope, output)
             if any(s.status != FINISHED and s.job == self.job_digest() for s in streams):
                 return None
             (scope_filter,) = ledger.deciding_filters(self.scope)
-        if scope_filter.charges_evenly(event, self.window.count):
+        if scope_filter.charges_evenly(event, self.window.count, self.plan.opening_event(self._continued())):
             return None
-        return (f"the scope's {scope_filter.kind} filter would charge its {self.window.count} windows one at a time "
-                f"more than all of them at once, or cannot admit them all now (a zcdp or gdp scope prices Gaussian "
+        monitors = " and its new svt monitors' budgets" if self.plan.monitors() else ""
+        return (f"the scope's {scope_filter.kind} filter would charge its {self.window.count} windows{monitors} one "
+                f"at a time more than all at once, or cannot admit them all now (a zcdp or gdp scope prices Gaussian "
                 f"windows one at a time at no extra cost, a pure or approx scope Laplace ones)")
 
     def job_digest(self) -> str:
@@ -310,8 +317,13 @@ class Budget:
     def open_stream(self, label: str, output: str) -> StreamTicket:
         """Open (or resume) a stream that pays as windows are released (`Ledger.open_stream`): on a period scope
         the plan's event per period, checked as `scope_periods` checks a run; on a plain scope one window's event
-        per window (`window_payment` must have said yes). RunError EXIT_REFUSED when no step could be admitted;
-        nothing is debited here."""
+        per window (`window_payment` must have said yes), and the budgets of the svt monitors it opens, debited
+        here, once (a monitor holds its budget in its own filter, so opening it spends nothing it cannot still
+        use: a stopped stream's monitor continues with what it has left). RunError EXIT_REFUSED when no step
+        could be admitted, or the monitors' opening was refused."""
+        monitors = {m.name: StreamMonitor(m.epsilon, m.delta, self.monitor_records[m.name],
+                                          MonitorRecord(m.monitor().to_dict(), self.window.start))
+                    for m in self.plan.monitors()}
         with self._ledger("nothing was debited") as ledger:
             periods, _ = self.scope_periods(ledger.unit_period(self.scope))
             event = Composed(tuple(self.plan.events(frozenset()))) if periods is not None else self.plan.window_event()
@@ -320,7 +332,8 @@ class Budget:
                                f"{self.scope!r}; nothing was debited")
             try:
                 return ledger.open_stream(self.scope, event, label, output=output, job=self.job_digest(),
-                                          lease_seconds=self.lease_seconds)
+                                          lease_seconds=self.lease_seconds, monitors=monitors,
+                                          opening=self.plan.opening_event(self._continued()))
             except LedgerError as err:
                 if str(err).startswith("refused:"):
                     raise RunError(str(err), EXIT_REFUSED) from err
@@ -487,7 +500,8 @@ class Budget:
     @cached_property
     def monitor_records(self) -> MonitorRecords:
         """svt release name -> its sealed ledger record (None: a new monitor), after checking a run may continue
-        it (an svt monitor, loadable, same parameters, continuing at window.start; leases are checked by admit)."""
+        it (an svt monitor, loadable, same parameters; where it continues is checked by admit for a run and by
+        `monitor_start` for a stream; leases are checked when the run or stream opens)."""
         records: MonitorRecords = {}
         if not self.plan.monitors():
             return records
@@ -499,6 +513,43 @@ class Budget:
             if record is not None:
                 self._check_continuation(planned, record)
         return records
+
+    def monitor_start(self) -> int:
+        """The window index the svt monitors of a stream answer next: 0 for new monitors, else the window at which
+        the ledger's records continue (a stopped stream's monitor continues after its last sealed window); the
+        range's window count when they went past it. RunError when monitors continue at different windows, or a
+        record continues between window starts."""
+        starts = {self.window.bounds(i)[0]: i for i in range(self.window.count)} | {self.window.next_start:
+                                                                                  self.window.count}
+        found = {}
+        for planned in self.plan.monitors():
+            next_start = self._continues_at(self.monitor_records[planned.name])
+            if next_start not in starts:
+                raise RunError(f"{self.source}: release {planned.name!r}: the monitor continues at "
+                               f"{iso(next_start)}, which is not a window start of the job's range "
+                               f"{iso(self.window.start)} to {iso(self.window.next_start)}; nothing was debited")
+            found[planned.name] = starts[next_start]
+        if len(set(found.values())) > 1:
+            raise RunError(f"{self.source}: the job's svt monitors continue at different windows ({found}); run them "
+                           f"in separate jobs; nothing was debited")
+        return next(iter(found.values()), 0)
+
+    def _continued(self) -> frozenset[str]:
+        """The svt monitors of the plan that are already open on the scope (their budgets are not debited again)."""
+        return frozenset(name for name, record in self.monitor_records.items() if record is not None)
+
+    def _continues_at(self, record: MonitorRecord | None) -> float:
+        """The window start a monitor's record continues at (a new monitor: the range's start)."""
+        if record is None:
+            return self.window.start
+        assert record.next_start is not None, "monitor_records checks every record names where it continues"
+        return record.next_start
+
+    def _check_start(self, planned: SvtPlan, record: MonitorRecord | None) -> None:
+        """A run continues a monitor at the window its record continues at: RunError otherwise."""
+        if (next_start := self._continues_at(record)) != self.window.start:
+            raise RunError(f"{self.source}: release {planned.name!r}: the monitor continues at window start "
+                           f"{iso(next_start)}, got window.start {iso(self.window.start)}")
 
     def _check_continuation(self, planned: SvtPlan, record: MonitorRecord) -> None:
         where = f"{self.source}: release {planned.name!r}"
@@ -515,9 +566,6 @@ class Budget:
         if record.state["parameters"] != wanted:
             raise RunError(f"{where}: the monitor was opened with parameters {record.state['parameters']}, "
                            f"the job now asks for {wanted}; a monitor's parameters cannot change")
-        if record.next_start != self.window.start:
-            raise RunError(f"{where}: the monitor continues at window start {iso(record.next_start)}, "
-                           f"got window.start {iso(self.window.start)}")
 
     def _initial_state(self, planned: object) -> dict[str, Any] | None:
         if not isinstance(planned, SvtPlan):

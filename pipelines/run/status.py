@@ -105,7 +105,8 @@ def status_lines(status: dict[str, Any]) -> list[str]:
                      + (f": {run['reason']}" if run["reason"] else ""))
     for monitor in status["monitors"]:
         state = "halted" if monitor["halted"] else "open"
-        holder = f", leased to run {monitor['checked_out']}" if monitor.get("checked_out") else ""
+        holder = (f", leased to run {monitor['checked_out']}" if monitor.get("checked_out") else
+                  f", answered by stream {monitor['stream']}" if monitor.get("stream") else "")
         lines.append(f"  svt monitor {monitor['name']}: {state}{holder}")
     report = status["report"]
     if report is None:

@@ -78,7 +78,8 @@ class StreamReport:
         debit = Debit(display, record.scope, record.stream_id, None, record.label, f"stream {record.stream_id}",
                       record.event, after, None, None)
         stream = {"stream": record.stream_id, "session": record.session, "status": record.status,
-                  **stream_steps(record, after.unit_period, self.job.window), "windows_skipped": list(self.skipped)}
+                  **stream_steps(record, after.unit_period, self.job.window), "windows_skipped": list(self.skipped),
+                  "monitors": list(record.monitors)}
         context = report.RunContext(job=self.job, plan=self.plan, runner=self.runner, beam_args=self.beam_args,
                                     debit=debit, files=self.files, started_at=self.started_at,
                                     timings=dict(timings or {}), pending=self.pending(decided), stream=stream)

@@ -69,7 +69,8 @@ class _WritePart(beam.DoFn):
     """(emission index, rows and one None marker) -> the emission's JSON-lines file.
 
     With a `payer` (a stream that pays as it releases, `payment.StreamPayer`) the window's periods are debited
-    first, and a window whose debit was refused gets a `.refused` file with the reason instead of its rows.
+    first, and a window whose debit was refused gets a `.refused` file with the reason instead of its rows; an
+    svt release's one row arrives as (row, the monitor's sealed state), which the payer seals first.
     `on_written()` is called after each file (a stream's `StreamReport.refresh`).
     Either file is created only if the emission has none yet (a resumed stream never publishes a window twice),
     and only for the emissions this run may release (`indices`)."""
@@ -84,16 +85,22 @@ class _WritePart(beam.DoFn):
             _LOG.warning("window %d is not released by this run; its rows are dropped", index)
             return
         path = part_path(self._directory, index)
+        rows = [item for item in items if item is not None]
         if self._payer is not None:
             if released_before(path):
                 return
-            refusal = self._payer.pay(index)
+            refusal: str | None = None
+            if self._payer.monitor is not None:  # svt: (row, the monitor's state after it), sealed before publishing
+                (row, state), = rows
+                self._payer.seal(index, state)
+                rows = [row]
+            else:
+                refusal = self._payer.pay(index)
             if refusal is not None:
                 _LOG.warning("window %d is not published: %s", index, refusal)
-                create_bytes(path.removesuffix(".jsonl") + REFUSED, (refusal + "\n").encode("utf-8"))
+                mark_unpublished(self._directory, index, refusal)
                 self._written()
                 return
-        rows = [item for item in items if item is not None]
         data = "".join(json.dumps(row) + "\n" for row in rows).encode("utf-8")
         if self._payer is None:
             write_bytes(path, data)
@@ -104,6 +111,12 @@ class _WritePart(beam.DoFn):
     def _written(self) -> None:
         if self._on_written is not None:
             self._on_written()
+
+
+def mark_unpublished(directory: str, index: int, reason: str) -> bool:
+    """Decide emission `index` as never published: its `.refused` file holds `reason` (public facts only);
+    False when the emission has a file already."""
+    return create_bytes(part_path(directory, index).removesuffix(".jsonl") + REFUSED, (reason + "\n").encode("utf-8"))
 
 
 def released_before(path: str) -> bool:
@@ -120,7 +133,10 @@ class WriteWindowParts(beam.PTransform):
     its files go (a local path or a URL); `payer`, `on_written`: see `_WritePart`. `one_row`: every emission is exactly one
     row (svt alerts, which a stateful monitor emits in window order after the window's watermark), written
     as it arrives instead of grouped per window with a marker (a row emitted from a timer may be behind the
-    watermark of a window grouping downstream, which would drop it).
+    watermark of a window grouping downstream, which would drop it). With a payer, svt rows pass a Reshuffle
+    first: a fusion break, so the writer (which seals the monitor in the ledger) sees only answers the runner
+    committed with the monitor's state; a retried monitor bundle, which answers again with fresh noise, never
+    reaches it twice (docs/proofs/pipelines.run.stream.md).
     """
 
     def __init__(self, window: WindowSpec, indices: tuple[int, ...], directory: str, payer=None,
@@ -140,6 +156,8 @@ class WriteWindowParts(beam.PTransform):
         keyed = rows | "Key by emission" >> beam.ParDo(_AtEmission(self._window))
         write = _WritePart(self._directory, self._indices, self._payer, self._on_written)
         if self._one_row:  # each emission is exactly one row (svt): written as it comes, no grouping to wait for
+            if self._payer is not None:  # the writer seals the monitor: it must see only committed answers
+                keyed = keyed | "Commit the monitor's answers" >> beam.Reshuffle()
             return (keyed
                     | "As a part" >> beam.MapTuple(lambda index, row: (index, [row, None]))
                     | "Write part" >> beam.ParDo(write))
@@ -155,7 +173,8 @@ class WriteWindowParts(beam.PTransform):
 
 
 def parts(directory: str) -> dict[int, bool]:
-    """Emission index -> True (its rows were published) or False (its debit was refused), for every emission
+    """Emission index -> True (its rows were published) or False (never published: its debit was refused, or
+    `mark_unpublished`), for every emission
     with a file in `directory` (a part appears only once completely written)."""
     from apache_beam.io.filesystems import FileSystems
 

@@ -36,16 +36,18 @@ TRANSFORMS: dict[type, type[WindowedRelease]] = {HistogramPlan: PrivateHistogram
 
 def release_transform(planned: ReleasePlan, bounds: ContributionBounds, window: WindowSpec, seed: int | None,
                       shards: int = 1, monitor_state: Mapping[str, Any] | None = None,
-                      cap: WindowCap | None = None, snapshots: str | None = None) -> WindowedRelease:
+                      cap: WindowCap | None = None, snapshots: str | None = None,
+                      paid_from: int | None = None) -> WindowedRelease:
     """The private transform of one planned release (`TRANSFORMS` by plan type); svt: its monitor continues
     `monitor_state` (None: a new monitor) and the transform yields {"alerts": rows, STATE: sealed state};
-    streaming, it also seals its state after each window into the `snapshots` directory.
+    streaming, it also seals its state after each window into the `snapshots` directory, or, on a stream that
+    pays as it releases, answers from window `paid_from` and sends each row with its sealed state.
 
     `cap`: the plan's cross-window cap (`JobPlan.window_cap`), which every kind but svt applies in bounding
     (an svt monitor's filter is charged the same however few windows a unit reaches, so a cap would only drop
     data)."""
     if isinstance(planned, SvtPlan):
-        return SparseVectorAlerts(planned, bounds, window, seed, shards, monitor_state, snapshots)
+        return SparseVectorAlerts(planned, bounds, window, seed, shards, monitor_state, snapshots, paid_from)
     return TRANSFORMS[type(planned)](planned, bounds, window, seed, shards, cap=cap)
 
 
@@ -59,6 +61,7 @@ def release_graph(
     shards: int = 1,
     monitor_states: Mapping[str, Mapping[str, Any] | None] | None = None,
     monitor_snapshots: Mapping[str, str] | None = None,
+    paid_from: int | None = None,
 ) -> tuple[dict[str, beam.PCollection], dict[str, beam.PCollection]]:
     """(release name -> rows, svt release name -> its sealed state after the run), for every release of the job.
 
@@ -67,7 +70,8 @@ def release_graph(
     (release, window) noise stream and every sampling key is derived from it, so batch and streaming runs give
     the same rows. `monitor_states`: svt release name -> the monitor's sealed state from the ledger (absent or
     None: a new monitor). `monitor_snapshots`: svt release name -> where a streaming monitor seals its state
-    after each window (`svt.snapshot_path`).
+    after each window (`svt.snapshot_path`). `paid_from`: a stream that pays as it releases, whose monitors
+    answer from this window and send each alert row with their sealed state (`svt.SparseVectorAlerts`).
     """
     if plan.bounds != bounds or plan.window != window:
         raise ValueError(f"the plan was made for bounds={plan.bounds} and window={plan.window}, got bounds={bounds} and window={window}")
@@ -78,7 +82,7 @@ def release_graph(
         if planned.spec != spec:
             raise ValueError(f"release {spec.name!r} differs from the planned one: planned {planned.spec}, got {spec}")
         transform = release_transform(planned, bounds, window, seed, shards, monitor_states.get(spec.name),
-                                      plan.window_cap, (monitor_snapshots or {}).get(spec.name))
+                                      plan.window_cap, (monitor_snapshots or {}).get(spec.name), paid_from)
         released = batches | f"Release {spec.name}" >> transform
         if isinstance(planned, SvtPlan):
             outputs[spec.name], states[spec.name] = released["alerts"], released[STATE]

@@ -21,7 +21,11 @@ windows were answered, so out-of-order arrival still gives window order. Each
 alert row travels at its own window's timestamp, and, given a `snapshots`
 directory, the monitor's sealed state after each window is written there
 (`snapshot_path`) before that window's row is emitted, so whatever prefix of
-windows a stopped stream published, the state after it is on disk.
+windows a stopped stream published, the state after it is on disk. On a stream
+that pays as it releases (`paid_from`: the window the monitor answers next, a
+resumed stream's included), each row travels as (row, sealed state after its
+window) instead, and the stream's payer stores the state in the ledger before
+it publishes the row (`pipelines.run.payment.StreamPayer.seal`).
 Every window of the range has a query (empty windows included,
 `aggregation.PerWindowSums`), so waiting always ends. Late records (behind the
 watermark at aggregation) are dropped there, before any noise.
@@ -119,12 +123,14 @@ class MonitorRun:
 
     Beam-free, shared by the batch and streaming DoFns (so both give the same
     rows for the same seed). Window i of the run is the monitor's window
-    `offset + i`; in test mode its noise comes from
+    `offset + i`, and the run answers window `first` next (a resumed stream
+    continues its monitor mid-range); in test mode its noise comes from
     `release_rng(seed, name, offset + i)`, so a monitor split over several
     runs draws the same noise as one long run.
     """
 
-    def __init__(self, plan: SvtPlan, window: WindowSpec, initial_state: Mapping[str, Any] | None, seed: int | None):
+    def __init__(self, plan: SvtPlan, window: WindowSpec, initial_state: Mapping[str, Any] | None, seed: int | None,
+                 first: int = 0):
         self._plan = plan
         self._window = window
         self._seed = seed
@@ -132,7 +138,7 @@ class MonitorRun:
             self.monitor = plan.monitor()
         else:
             self.monitor = SparseVectorMonitor.from_dict(initial_state)
-        self.offset = self.monitor.window
+        self.offset = self.monitor.window - first  # the run answers window `first` next
 
     @property
     def next_index(self) -> int:
@@ -206,9 +212,10 @@ class _StreamingMonitor(beam.DoFn):
     PENDING = BagStateSpec("pending", PickleCoder())
     FLUSH = TimerSpec("flush", TimeDomain.WATERMARK)
 
-    def __init__(self, plan: SvtPlan, window: WindowSpec, initial_state, seed, snapshots: str | None):
+    def __init__(self, plan: SvtPlan, window: WindowSpec, initial_state, seed, snapshots: str | None,
+                 paid_from: int | None = None):
         self._plan, self._window, self._initial, self._seed = plan, window, initial_state, seed
-        self._snapshots = snapshots
+        self._snapshots, self._paid_from = snapshots, paid_from
 
     def process(self, element, timestamp=beam.DoFn.TimestampParam,
                 pending=beam.DoFn.StateParam(PENDING), flush=beam.DoFn.TimerParam(FLUSH)):
@@ -219,16 +226,19 @@ class _StreamingMonitor(beam.DoFn):
     @on_timer(FLUSH)
     def answer_ready(self, monitor=beam.DoFn.StateParam(MONITOR), pending=beam.DoFn.StateParam(PENDING),
                      flush=beam.DoFn.TimerParam(FLUSH)):
-        run = monitor.read() or MonitorRun(self._plan, self._window, self._initial, self._seed)
+        run = monitor.read() or MonitorRun(self._plan, self._window, self._initial, self._seed, self._paid_from or 0)
         if run.finished:
             return
-        waiting = dict(pending.read())
+        # windows before the run's first (a resumed stream's monitor went past them) are never answered
+        waiting = {index: query for index, query in pending.read() if index >= run.next_index}
         pending.clear()
         while run.next_index in waiting:
             index = run.next_index
-            rows = run.answer(index, waiting.pop(index))
+            rows: list[Any] = run.answer(index, waiting.pop(index))
             if self._snapshots is not None:  # sealed before its alert can be published
                 write_private_bytes(snapshot_path(self._snapshots, index), json.dumps(run.sealed_copy()).encode())
+            if self._paid_from is not None:  # the payer seals it in the ledger before it publishes the row
+                rows = [(row, run.sealed_copy()) for row in rows]
             timestamp = window_timestamp(self._window, index)
             yield from (TimestampedValue(row, timestamp) for row in rows)
         for query in waiting.items():
@@ -247,14 +257,17 @@ class SparseVectorAlerts(WindowedRelease):
     window (every window of the range) -> one normalised query per window ->
     the monitor, in window order (batch: sorted group; streaming: stateful
     DoFn with event-time timers). `initial_state`: the monitor's sealed state
-    from the ledger, or None for a new monitor.
+    from the ledger, or None for a new monitor. Streaming only: `snapshots`, a
+    directory for the state after each window; `paid_from`, the window a paid
+    stream's monitor answers next (its alerts then travel as (row, sealed state)).
     """
 
     def __init__(self, plan: SvtPlan, bounds: ContributionBounds, window: WindowSpec, seed: int | None = None,
-                 shards: int = 1, initial_state: Mapping[str, Any] | None = None, snapshots: str | None = None):
+                 shards: int = 1, initial_state: Mapping[str, Any] | None = None, snapshots: str | None = None,
+                 paid_from: int | None = None):
         super().__init__(plan, bounds, window, seed, shards)
         self._initial = None if initial_state is None else dict(initial_state)
-        self._snapshots = snapshots
+        self._snapshots, self._paid_from = snapshots, paid_from
 
     def default_label(self) -> str:
         return f"SparseVectorAlerts({self._plan.name}, {self._plan.spec.method}, {self._plan.spec.metric})"
@@ -287,6 +300,6 @@ class SparseVectorAlerts(WindowedRelease):
             )
         else:
             outputs = queries | "Monitor on event-time timers" >> beam.ParDo(
-                _StreamingMonitor(self._plan, self._window, self._initial, self._seed, self._snapshots)
+                _StreamingMonitor(self._plan, self._window, self._initial, self._seed, self._snapshots, self._paid_from)
             ).with_outputs(STATE, main="alerts")
         return {"alerts": outputs.alerts, STATE: outputs[STATE]}

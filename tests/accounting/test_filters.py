@@ -474,6 +474,33 @@ def test_charges_evenly_means_w_rounds_cost_exactly_one_charge_of_their_composit
         assert split.left_terms()[name] == pytest.approx(value, rel=1e-12, abs=1e-15), name
 
 
+OPENING_CASES = [  # (filter kind, one window's leaves, the monitors' opening, whether the rounds cost the whole)
+    ("approx", (Laplace(20.0, 1.0),), ApproxDP(0.5, 1e-7), True),
+    ("approx", (), ApproxDP(0.5, 1e-7), True),  # svt releases only: the opening is the whole price
+    ("pure", (Laplace(20.0, 1.0), BoundedRange(0.01)), PureDP(0.5), True),
+    ("approx", (Gaussian(10.0, 1.0),), ApproxDP(0.5, 1e-7), False),  # the windows compose below their sum
+    ("approx", (Laplace(20.0, 1.0),), ApproxDP(3.9, 1e-7), False),  # the opening and 24 windows do not all fit
+]
+
+
+@pytest.mark.parametrize("kind, leaves, opening, evenly", OPENING_CASES)
+def test_an_opening_then_w_window_rounds_cost_exactly_one_charge_of_the_whole(kind, leaves, opening, evenly):
+    """A stream with svt monitors pays their budgets once when it opens them, then each window: the same oracle as
+    above with the opening as the first round (and in the whole composition)."""
+    from dpstream.accounting.events import Composed
+
+    windows, window = 24, Composed(tuple(leaves))
+    budget_filter = scope_filter(kind, 4.0, 1e-6)
+    assert budget_filter.charges_evenly(window, windows, opening) == evenly
+    if not evenly:
+        return
+    split, whole = (PrivacyFilter.from_dict(budget_filter.to_dict()) for _ in range(2))
+    assert split.try_spend(opening) and all(split.try_spend(window) for _ in range(windows))
+    assert whole.try_spend(Composed((opening, SelfComposed(window, windows))))
+    for name, value in whole.left_terms().items():
+        assert split.left_terms()[name] == pytest.approx(value, rel=1e-12, abs=1e-15), name
+
+
 def test_an_approx_gaussian_split_into_rounds_would_cost_more():
     from dpstream.accounting.events import Composed
 

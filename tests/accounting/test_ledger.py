@@ -19,6 +19,7 @@ from dpstream.accounting.events import ApproxDP, Gaussian, PureDP, SelfComposed
 from dpstream.accounting.filters import FSRCFilter, PureDPFilter
 from dpstream.accounting.filters.fsrc import basel_delta
 from dpstream.accounting.ledger import Ledger, LedgerError, MonitorRecord
+from dpstream.accounting.ledger.schema import define_tables
 from tests.accounting.ledger_race import kill_inside_debit, race
 
 PG_HOST, PG_PORT, PG_DATABASE = "127.0.0.1", 5432, "test"
@@ -69,10 +70,8 @@ def postgresql_url_fresh(postgres_url):
     """The run's schema, emptied before each test."""
     engine = sa.create_engine(postgres_url.replace("postgresql://", "postgresql+psycopg://"))
     with engine.begin() as conn:
-        for table in ("dpstream_stream_periods", "dpstream_streams", "dpstream_retired", "dpstream_runs", "dpstream_release_periods", "dpstream_periods", "dpstream_monitors",
-                      "dpstream_releases",
-                      "dpstream_scopes"):
-            conn.exec_driver_sql(f"DROP TABLE IF EXISTS {table}")
+        for table in reversed(define_tables().metadata.sorted_tables):  # dependents first
+            conn.exec_driver_sql(f"DROP TABLE IF EXISTS {table.name}")
     engine.dispose()
     return postgres_url
 

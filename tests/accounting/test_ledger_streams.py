@@ -203,3 +203,71 @@ def test_a_plain_scope_window_the_scope_cannot_admit_is_refused_for_good(ledger_
         ledger.spend(scope, PureDP(0.1), "another job")  # the residue still admits smaller releases
         assert ledger.debit_stream(ticket.stream_id, 1, (2,)) == answers  # the recorded answer, not a new one
         assert len(ledger.history(scope)) == 3
+
+
+def _monitor(record=None, start: float = 0.0):
+    from dpstream.accounting.ledger import MonitorRecord, StreamMonitor
+
+    return StreamMonitor(0.5, 1e-7, record, MonitorRecord({"window": 0, "filter": None}, start))
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite", "postgresql"], indirect=True)
+def test_a_stream_opens_its_monitor_with_one_debit_and_seals_it_after_each_window(ledger_url):
+    """The monitor's budget is debited once, when the stream opens it (not per window, not again on resume); each
+    sealed record replaces the stored one only if it continues later; the monitor is leased to the live stream
+    (a run cannot open it meanwhile) and free once the stream stops; a stale session cannot seal."""
+    from dpstream.accounting.events import ApproxDP
+    from dpstream.accounting.ledger import MonitorRecord
+
+    opening = ApproxDP(0.5, 1e-7)
+    with Ledger(ledger_url, create=True) as ledger:
+        scope = _scope_name()
+        ledger.init_scope(scope, 1.0, 1e-6)
+        with pytest.raises(LedgerError, match="needs their budgets"):
+            ledger.open_stream(scope, EVENT, "job", output="/out/m", job="j1", monitors={"busy": _monitor()})
+        ticket = ledger.open_stream(scope, EVENT, "job", output="/out/m", job="j1", monitors={"busy": _monitor()},
+                                    opening=opening, lease_seconds=60)
+        (opened,) = ledger.history(scope)
+        assert "opening svt monitor(s) busy" in opened.label
+        assert ledger.monitor_record(scope, "busy") == MonitorRecord({"window": 0, "filter": None}, 0.0)
+        assert ledger.stream(ticket.stream_id).monitors == ("busy",)
+        assert [m.stream for m in ledger.show(scope).monitors] == [ticket.stream_id]  # `budget show`, `status`
+        with pytest.raises(LedgerError, match="answered by stream"):
+            ledger.open_run(scope, PureDP(0.1), "a run", monitors={"busy": (0.5, 1e-7, ledger.monitor_record(
+                scope, "busy"))})
+        after = [MonitorRecord({"window": i + 1, "filter": None}, float(i + 1)) for i in range(3)]
+        assert ledger.seal_stream_monitor(ticket.stream_id, 1, "busy", after[1], False)
+        assert not ledger.seal_stream_monitor(ticket.stream_id, 1, "busy", after[0], False)  # older: kept
+        assert ledger.monitor_record(scope, "busy") == after[1]
+        with pytest.raises(LedgerError, match="does not answer"):
+            ledger.seal_stream_monitor(ticket.stream_id, 1, "other", after[2], False)
+        ledger.end_stream(ticket.stream_id, 1, finished=False)
+        assert [m.stream for m in ledger.show(scope).monitors] == [None]
+        with pytest.raises(LedgerError, match="not streaming in session 1"):
+            ledger.seal_stream_monitor(ticket.stream_id, 1, "busy", after[2], False)
+        with pytest.raises(LedgerError, match="changed since it was read"):  # the caller's stale read
+            ledger.open_stream(scope, EVENT, "job", output="/out/m", job="j1", monitors={"busy": _monitor(after[0])})
+        resumed = ledger.open_stream(scope, EVENT, "job", output="/out/m", job="j1",
+                                     monitors={"busy": _monitor(after[1])})
+        assert ledger.seal_stream_monitor(resumed.stream_id, 2, "busy", after[2], True)
+        assert len(ledger.history(scope)) == 1  # only the opening
+        assert [m.halted for m in ledger.show(scope).monitors] == [True]
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+def test_a_refused_monitor_opening_records_nothing(ledger_url):
+    from dpstream.accounting.events import ApproxDP
+
+    with Ledger(ledger_url, create=True) as ledger:
+        scope = _scope_name()
+        ledger.init_scope(scope, 1.0, 1e-6)
+        with pytest.raises(LedgerError, match="refused"):
+            ledger.open_stream(scope, EVENT, "job", output="/out/m", job="j1", monitors={"busy": _monitor()},
+                               opening=ApproxDP(2.0, 1e-7))
+        assert ledger.history(scope) == [] and ledger.monitor_record(scope, "busy") is None
+        assert ledger.streams_of(scope) == []
+        gdp = _scope_name()
+        ledger.init_scope(gdp, 1.0, 1e-6, "gdp")
+        with pytest.raises(LedgerError, match="does not support svt monitors"):
+            ledger.open_stream(gdp, Gaussian(8.0, 1.0), "job", output="/out/g", job="j1",
+                               monitors={"busy": _monitor()}, opening=ApproxDP(0.5, 1e-7))

@@ -7,10 +7,13 @@ window is about to be published, from inside the pipeline (`pipelines.run.paid_s
    debited period has a published window and was debited no earlier than that window's end (wall clock: the
    DirectRunner's Pub/Sub watermark follows it, so no window is released before it ends); periods whose
    windows were not released are not debited; the report lists the debited periods.
-2. Kill and resume, on a period scope and on a plain gdp scope (paid window by window): `dpstream run` in a
-   subprocess is SIGKILLed after its first window is published (mid period); the same job run again resumes the
-   stream in a new session, releases the remaining windows without paying the first period (or window) again,
-   and the merged files equal a batch run of the same events with the same seed byte for byte. The events of
+2. Kill and resume, on a period scope, on a plain gdp scope (paid window by window), and on a plain approx
+   scope with Laplace counts and a live svt monitor (its budget debited once, when the stream opens it; its
+   state sealed in the ledger after each window): `dpstream run` in a subprocess is SIGKILLed after its first
+   window is published (mid period); the same job run again resumes the stream in a new session, continues the
+   monitor from its sealed state, releases the remaining windows without paying the first period (or window,
+   or the monitor) again, and the merged files equal a batch run of the same events with the same seed byte for
+   byte. The events of
    the windows after the kill are published after it (the killed reader acknowledged what it pulled); 25 s
    windows leave the resumed session time to start before its first window ends (the DirectRunner cannot
    release a past window: lease expiry, two plans and start-up take 10-15 s here).
@@ -28,29 +31,38 @@ from datetime import datetime
 
 import pytest
 
-from dpstream.accounting.events import SelfComposed
+from dpstream.accounting.events import Composed, SelfComposed
 from dpstream.accounting.ledger import Ledger
 from dpstream.pipelines.config import jobfile
 from dpstream.pipelines.run import runner, status
-from tests.integration.jobs import COUNTS_AND_ALERTS, iso, job_text, pubsub_input
+from tests.integration.jobs import COUNTS_AND_ALERTS, COUNTS_AND_TOP, iso, job_text, pubsub_input
 from tests.integration.test_pubsub import LEAD_S, _topic_and_subscription, _traffic
 
 USERS = 10
 
 
+LAPLACE_COUNTS_AND_ALERTS = COUNTS_AND_ALERTS.replace('name = "counts"\n', 'name = "counts"\nnoise = "laplace"\n', 1)
+PLAIN_SCOPES = {"plain": "gdp", "alerts": "approx:release_delta=1e-6"}  # scope -> filter; paid per window
+KILLED = {  # pays -> (scope, releases, epsilon, users per window): what the kill-and-resume test runs
+    "period": ("periods", COUNTS_AND_TOP, 2.0, (USERS,) * 3),
+    "window": ("plain", COUNTS_AND_TOP, 2.0, (USERS,) * 3),
+    "svt": ("alerts", LAPLACE_COUNTS_AND_ALERTS, 4.0, (36, 4, 40)),  # the monitor alerts on some windows only
+}
+
+
 def _job(start: float, windows: int, window_s: int, period_s: int | None, lateness_s: int, input_table: str,
-         output: str) -> str:
+         output: str, scope: str | None = None, releases: str = COUNTS_AND_TOP, epsilon: float = 2.0) -> str:
     """The stream's job: a user x period unit on scope "periods", or without a unit period (a user over the
-    whole range) on the plain gdp scope "plain", which it pays window by window."""
+    whole range) on a plain scope (default the gdp scope "plain"), which it pays window by window."""
     return job_text(input_table=input_table, start=start, windows=windows, window_s=window_s, output=output,
-                    scope="periods" if period_s else "plain", epsilon=2.0, seed=5, lateness_s=lateness_s,
-                    unit_period_s=period_s)
+                    scope=scope or ("periods" if period_s else "plain"), epsilon=epsilon, seed=5, lateness_s=lateness_s,
+                    unit_period_s=period_s, releases=releases)
 
 
-def _events(start: float, window_s: int, windows) -> list[dict]:
+def _events(start: float, window_s: int, windows, users=(USERS,) * 64) -> list[dict]:
     return [{"user": f"u{user}", "dest": "AB"[(user + window) % 3 == 0],
              "ms": int((start + window * window_s + 0.2 + 0.2 * user) * 1000)}
-            for window in windows for user in range(USERS)]
+            for window in windows for user in range(users[window])]
 
 
 def _publish(publisher, topic: str, events: list[dict]) -> None:
@@ -63,7 +75,8 @@ def _ledger(tmp_path, period_s: int) -> str:
     with Ledger(url, create=True) as book:
         book.init_scope("periods", 40.0, 1e-5, "approx:release_delta=1e-6", unit_period=period_s)
         book.init_scope("reference", 40.0, 1e-5, "approx:release_delta=1e-6")
-        book.init_scope("plain", 40.0, 1e-5, "gdp")
+        for scope, spec in PLAIN_SCOPES.items():
+            book.init_scope(scope, 40.0, 1e-5, spec)
     return url
 
 
@@ -115,20 +128,25 @@ def test_an_open_ended_stream_pays_each_period_when_its_first_window_is_released
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("pays", ["period", "window"])
+@pytest.mark.parametrize("pays", list(KILLED))
 def test_a_killed_stream_resumes_and_equals_one_batch_run(emulator, tmp_path, pays):
-    """On a period scope (user x 50 s unit: windows 0-1 in one period, window 2 in the next) and on a plain gdp
-    scope (a user over the whole range, paid window by window)."""
+    """On a period scope (user x 50 s unit: windows 0-1 in one period, window 2 in the next), on a plain gdp
+    scope (a user over the whole range, paid window by window), and on a plain approx scope with an svt monitor
+    (opened with one debit; sealed in the ledger after each window, so the resumed session continues it where
+    the killed one published its last alert)."""
     window_s, windows, lateness_s = 25, 3, 0
+    scope, releases, epsilon, users = KILLED[pays]
     period_s = 2 * window_s if pays == "period" else None
     topic, subscription = _topic_and_subscription(emulator, f"resumed-{pays}")
     ledger = _ledger(tmp_path, 2 * window_s)
-    scope = "periods" if period_s else "plain"
     start = _on_grid(period_s or window_s)
-    before, after = _events(start, window_s, [0]), _events(start, window_s, [1, 2])
+    before, after = _events(start, window_s, [0], users), _events(start, window_s, [1, 2], users)
     _publish(emulator[0], topic, before)
     job_path = tmp_path / "job.toml"
-    job_path.write_text(_job(start, windows, window_s, period_s, lateness_s, pubsub_input(subscription), "out"))
+    job_path.write_text(_job(start, windows, window_s, period_s, lateness_s, pubsub_input(subscription), "out",
+                             scope, releases, epsilon))
+    names = [spec.name for spec in jobfile.load(str(job_path)).releases]
+    monitors = [spec.name for spec in jobfile.load(str(job_path)).releases if spec.kind == "svt"]
     command = [sys.executable, "-m", "dpstream.pipelines.cli.main", "run", str(job_path), "--ledger", ledger,
                "--lease-seconds", "4", "--max-seconds", "120"]
     with _traffic(emulator[0], topic, start + 3600):
@@ -136,7 +154,7 @@ def test_a_killed_stream_resumes_and_equals_one_batch_run(emulator, tmp_path, pa
                                  start_new_session=True)
         deadline = time.time() + 150  # the grid start (up to a period and LEAD_S away), one window, start-up
         report_path = tmp_path / "out" / "report.json"
-        while not (report_path.exists() and _pending(report_path) == {"counts": 2, "top": 2}):
+        while not (report_path.exists() and _pending(report_path) == {name: 2 for name in names}):
             assert child.poll() is None and time.time() < deadline, child.stderr.read().decode()[-2000:]
             time.sleep(0.2)  # the pipeline itself, not the launcher, rewrites the report after each window
         os.killpg(child.pid, signal.SIGKILL)
@@ -144,6 +162,9 @@ def test_a_killed_stream_resumes_and_equals_one_batch_run(emulator, tmp_path, pa
         _publish(emulator[0], topic, after)
         with Ledger(ledger) as book:
             (killed,) = book.streams_of(scope)
+            assert len(book.history(scope)) == 1 + bool(monitors)  # window 0 (or its period), the opening
+            for name in monitors:  # sealed after window 0, whose alert was published
+                assert book.monitor_record(scope, name).next_start == start + window_s
         assert killed.status == "streaming" and len(killed.debited) == 1
         progress = status.job_status(jobfile.load(str(job_path)), ledger_url=ledger)
         assert progress["windows"]["counts"] == {"expected": 3, "published": 1, "refused": 0}
@@ -154,35 +175,53 @@ def test_a_killed_stream_resumes_and_equals_one_batch_run(emulator, tmp_path, pa
         resumed = runner.run(jobfile.load(str(job_path)), ledger_url=ledger, log=lambda _: None, max_seconds=120)
     assert resumed.pending == {}
     done = status.job_status(jobfile.load(str(job_path)), ledger_url=ledger)
-    assert done["windows"]["top"]["published"] == 3 and done["streams"][0]["status"] == "finished"
+    assert all(done["windows"][name]["published"] == 3 for name in names)
+    assert done["streams"][0]["status"] == "finished"
+    unit = "period" if period_s else "window"
     steps = 2 if period_s else 3  # periods, or windows
-    assert len(done["streams"][0][f"{pays}s_debited"]) == steps and done["report"]["stream"] == killed.stream_id
+    assert len(done["streams"][0][f"{unit}s_debited"]) == steps and done["report"]["stream"] == killed.stream_id
     assert any("stream" in line and "finished (session 2" in line for line in status.status_lines(done))
     report = (tmp_path / "out" / "report.md").read_text()
-    assert f"each {pays} was debited once" in report and f"{pays.title()}s debited so far: " in report
+    assert f"each {unit} was debited once" in report and f"{unit.title()}s debited so far: " in report
+    assert ("The budget of svt monitor(s) busy was debited once" in report) == bool(monitors)
     with Ledger(ledger) as book:
         (stream,) = book.streams_of(scope)
         history = book.history(scope)
         left = book.show(scope).state
+        streamed = {name: book.monitor_record(scope, name) for name in monitors}
     assert (stream.stream_id, stream.session, stream.status) == (killed.stream_id, 2, "finished")
-    assert len(stream.debited) == steps and len(history) == steps, f"each {pays} debited once across both sessions"
-    if not period_s:  # three window debits leave the gdp scope where one debit of the whole plan would
+    assert len(stream.debited) == steps, f"each {unit} debited once across both sessions"
+    assert len(history) == steps + bool(monitors), "and the monitors' opening once, in the first session"
+    if not period_s:  # the window debits (and the opening) leave the scope where one debit of the whole plan would
+        whole = SelfComposed(stream.event, windows)
         with Ledger(ledger) as book:
-            book.init_scope("whole", 40.0, 1e-5, "gdp")
-            book.spend("whole", SelfComposed(stream.event, windows), "the plan at once")
-            assert left["remaining_mu"] == pytest.approx(book.show("whole").state["remaining_mu"], rel=1e-12)
+            book.init_scope("whole", 40.0, 1e-5, PLAIN_SCOPES[scope])
+            opening = [r.event for r in history if "opening svt monitor" in r.label]
+            book.spend("whole", Composed((*opening, whole)), "the plan at once")
+            expected = book.show("whole").state
+        assert left.keys() == expected.keys()
+        for key, value in left.items():
+            assert value == (pytest.approx(expected[key], rel=1e-12) if isinstance(value, float) else expected[key]), key
 
     with open(tmp_path / "events.jsonl", "w") as out:
         for event in before + after:
             out.write(json.dumps({**event, "time": iso(event["ms"] / 1000)}) + "\n")
     reference = _job(start, windows, window_s, period_s, lateness_s,
-                     'format = "jsonl"\npath = "events.jsonl"\ntimestamp = "time"', "batch")
-    (tmp_path / "batch.toml").write_text(reference.replace(f'scope = "{scope}"', 'scope = "reference"'))
+                     'format = "jsonl"\npath = "events.jsonl"\ntimestamp = "time"', "batch", "reference", releases,
+                     epsilon)
+    (tmp_path / "batch.toml").write_text(reference)
     batch = runner.run(jobfile.load(str(tmp_path / "batch.toml")), ledger_url=ledger, log=lambda _: None)
     for name, path in batch.files.items():
         with open(path, "rb") as expected, open(resumed.files[name], "rb") as got:
             content = expected.read()
             assert content and got.read() == content, name
+    with Ledger(ledger) as book:
+        for name, record in streamed.items():  # the monitor as one uninterrupted batch run leaves it
+            assert record == book.monitor_record("reference", name)
+            assert record.next_start == start + windows * window_s
+    if monitors:  # the alerts are not all alike, so they say something
+        alerts = [json.loads(line)["alert"] for line in open(resumed.files[monitors[0]])]
+        assert len(set(alerts)) == 2, alerts
     shutil.rmtree(tmp_path / "batch")
 
 

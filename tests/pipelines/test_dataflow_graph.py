@@ -76,3 +76,64 @@ def test_a_paid_streams_graph_translates_for_dataflow_before_any_debit(tmp_path)
     with Ledger(url) as ledger:
         (stream,) = ledger.streams_of("hourly")
         assert ledger.history("hourly") == [] and not stream.debited and stream.status == "streaming"
+
+
+SVT_JOB = """
+[input]
+format = "pubsub"
+subscription = "projects/demo-project/subscriptions/events"
+timestamp_attribute = "ts"
+user = "user"
+partition = "dest"
+partitions = ["A", "B", "C"]
+[window]
+size = "1h"
+start = "2030-01-01T00:00:00Z"
+end = "2030-01-01T04:00:00Z"
+[privacy]
+scope = "alerts"
+epsilon = 4.0
+delta = 1e-6
+[[release]]
+kind = "histogram"
+name = "counts"
+noise = "laplace"
+[[release]]
+kind = "svt"
+name = "busy"
+metric = "count"
+maximum = 40
+threshold = 0.5
+sigma_threshold = 0.2
+[output]
+path = "gs://demo-bucket/alerts"
+format = "jsonl"
+"""
+
+
+def test_a_live_svt_monitor_s_graph_translates_for_dataflow_with_only_its_opening_debited(tmp_path):
+    """A plain-scope stream paid window by window with an svt monitor: the stateful monitor, the Reshuffle that
+    hands the writer committed answers, and the sealing writer translate to a streaming job; the only debit is
+    the monitor's budget, debited once when the stream opened it. (Four windows: over many more, the accountant
+    prices the Laplace windows together below their sum, and the stream would pay at its end instead.)"""
+    (tmp_path / "job.toml").write_text(SVT_JOB)
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    with Ledger(url, create=True) as ledger:
+        ledger.init_scope("alerts", 100.0, 1e-4, "approx:release_delta=1e-6")
+    job = jobfile.load(str(tmp_path / "job.toml"))
+    options = runner.beam_options(job, DATAFLOW)
+    job_budget = runner.budget(job, url)
+    assert job_budget.window_payment(job.output.path) is None
+    ticket = job_budget.open_stream("graph", job.output.path)
+    parts = {spec.name: f"{job.output.path}/windows/{spec.name}" for spec in job.releases}
+    payer = StreamPayer(url, ticket.stream_id, ticket.session, job.window, None, None)
+    pipeline = build_pipeline(job, job_budget, options, {}, parts, None, payer, None, job_budget.monitor_start())
+    result = pipeline.run()
+    assert result.job is not None and '"JOB_TYPE_STREAMING"' in result.job.json()
+    names = {t.unique_name for t in pipeline.runner.proto_pipeline.components.transforms.values()}
+    assert {"Write windows busy/Commit the monitor's answers", "Write windows busy/Write part",
+            "Write windows counts/Write part"} <= names
+    with Ledger(url) as ledger:
+        (opening,) = ledger.history("alerts")
+        assert "opening svt monitor(s) busy" in opening.label
+        assert ledger.streams_of("alerts")[0].monitors == ("busy",)

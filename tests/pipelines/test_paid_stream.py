@@ -16,7 +16,7 @@ from dpstream.accounting.ledger import Ledger, PeriodGrid, Periods
 from dpstream.pipelines.config.specs import ContributionBounds, HistogramSpec, PeakSpec, WindowSpec
 from dpstream.pipelines.planning import plan_job
 from dpstream.pipelines.run import streaming
-from dpstream.pipelines.run.paid_stream import resume_point
+from dpstream.pipelines.run.paid_stream import answered_before, mark_answered, resume_point
 from dpstream.pipelines.run.payment import StreamPayer
 from dpstream.pipelines.transforms.windowing import window_bounds_iso
 
@@ -306,3 +306,94 @@ def test_a_plain_scope_stream_that_paid_some_windows_resumes_window_by_window(tm
         book.debit_stream(ticket.stream_id, 1, (0, 1, 2, 3))
         book.end_stream(ticket.stream_id, 1, finished=False)
     assert job_budget.window_payment(output) is None  # its stream resumes, paying the windows not yet paid
+
+
+class _PublishesBeforeSealing(streaming._WritePart):
+    """Negative control: publishes an svt window's alert, then seals the monitor (a failed seal leaves an alert
+    the ledger's record does not cover)."""
+
+    def process(self, element):
+        index, items = element
+        (row, state), = [item for item in items if item is not None]
+        streaming.create_bytes(streaming.part_path(self._directory, index), (json.dumps(row) + "\n").encode())
+        self._payer.seal(index, state)
+
+
+def test_an_svt_alert_is_published_only_after_its_monitor_is_sealed_in_the_ledger(tmp_path):
+    """A stream that pays window by window answers an svt monitor opened with it: each alert is published only
+    after the monitor's state after that window is sealed in the ledger (continuing at the next window start), so
+    the record always covers every published alert; a session that lost the stream neither seals nor publishes.
+    The writer that publishes first (negative control) leaves an alert the record does not cover."""
+    from dpstream.accounting.events import ApproxDP
+    from dpstream.accounting.ledger import LedgerError, MonitorRecord, StreamMonitor
+
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    first = MonitorRecord({"window": 0, "filter": None}, WINDOW.start)
+    with Ledger(url, create=True) as book:
+        book.init_scope("p", 4.0, 1e-6)
+        ticket = book.open_stream("p", PureDP(0.1), "job", output=str(tmp_path / "out"), job="digest",
+                                  monitors={"busy": StreamMonitor(1.0, 1e-7, None, first)},
+                                  opening=ApproxDP(1.0, 1e-7))
+    payer = StreamPayer(url, ticket.stream_id, ticket.session, WINDOW, None, 60.0, monitor="busy")
+    directory = tmp_path / "out" / "windows" / "busy"
+
+    def alert(index: int):
+        return {"window": index, "alert": index == 1}, {"window": index + 1, "filter": None, "halt_reason": None}
+
+    for index in (0, 1):
+        _write(payer, directory, index, [alert(index)])
+        with Ledger(url) as book:
+            assert book.monitor_record("p", "busy").next_start == WINDOW.bounds(index + 1)[0]
+    assert streaming.parts(str(directory)) == {0: True, 1: True}
+    assert (directory / "window-000001.jsonl").read_text() == '{"window": 1, "alert": true}\n'
+    with Ledger(url) as book:
+        assert len(book.history("p")) == 1, "the monitor's opening only: its windows cost nothing more"
+        book.end_stream(ticket.stream_id, ticket.session, finished=False)
+    with pytest.raises(LedgerError, match="not streaming"):
+        _write(payer, directory, 2, [alert(2)])
+    assert 2 not in streaming.parts(str(directory))
+    with pytest.raises(LedgerError, match="not streaming"):
+        _write(payer, tmp_path / "broken", 2, [alert(2)], writer=_PublishesBeforeSealing)
+    assert os.path.exists(tmp_path / "broken" / "window-000002.jsonl"), "the negative control published it"
+    with Ledger(url) as book:
+        assert book.monitor_record("p", "busy").next_start == WINDOW.bounds(2)[0], "the record misses that alert"
+
+
+SVT_RELEASE = '''
+[[release]]
+kind = "svt"
+name = "busy"
+metric = "count"
+maximum = 40
+threshold = 0.5
+sigma_threshold = 0.2
+'''
+
+
+@pytest.mark.parametrize("noise, pays_per_window", [("laplace", True), ("gaussian", False)])
+def test_a_stream_with_an_svt_monitor_pays_per_window_where_its_windows_and_opening_add_up(tmp_path, noise,
+                                                                                           pays_per_window):
+    """On an approx scope the monitor's budget plus Laplace windows cost their sum however they are split, so the
+    stream opens the monitor and pays window by window; Gaussian windows compose below their sum there, so the
+    stream pays its whole plan at its end. A resumed stream's monitor answers from where its record continues."""
+    from dpstream.pipelines.run import runner
+
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    with Ledger(url, create=True) as book:
+        book.init_scope("plain", 40.0, 1e-5, "approx:release_delta=1e-6")
+    text = PLAIN_JOB.replace('name = "h"\n', f'name = "h"\nnoise = "{noise}"\n').replace(
+        "epsilon = 1.0", "epsilon = 4.0") + SVT_RELEASE
+    job_budget = runner.budget(_pubsub_job(tmp_path, text), url)
+    assert (job_budget.window_payment(str(tmp_path / "out")) is None) == pays_per_window
+    assert job_budget.monitor_start() == 0
+    # a session died after sealing the monitor past window 2 but before publishing alerts 1 and 2: those two are
+    # decided as never published, the counts of windows 2.. are still released, the monitor answers from window 3
+    expected, decided = {"h": ALL[:8], "busy": ALL[:8]}, {"h": {0, 1}, "busy": {0}}
+    answered = answered_before(job_budget.plan, expected, decided, 3)
+    assert answered == {"busy": {1, 2}} and answered_before(job_budget.plan, expected, decided, 1) == {"busy": set()}
+    parts = {name: str(tmp_path / "out" / "windows" / name) for name in expected}
+    mark_answered(parts, answered, 3)
+    assert streaming.parts(parts["busy"]) == {1: False, 2: False}
+    assert "had answered this window" in (tmp_path / "out" / "windows" / "busy" / "window-000001.refused").read_text()
+    decided["busy"] |= answered["busy"]
+    assert resume_point(job_budget.plan, job_budget.window, None, decided, expected) == 2

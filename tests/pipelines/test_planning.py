@@ -280,9 +280,30 @@ def test_one_window_event_run_once_per_window_is_exactly_the_whole_plan(name):
 @pytest.mark.parametrize("bounds, releases, unit_period", [
     (ContributionBounds(max_windows=2), (HistogramSpec("h", partitions=("a",)),), None),
     (ContributionBounds(), (PeakSpec("p", period=7200, maximum=10.0),), None),
-    (ContributionBounds(), (SvtSpec("s", metric="count", maximum=500.0, threshold=0.5, sigma_threshold=0.2),), None),
     (ContributionBounds(), (HistogramSpec("h", partitions=("a",)),), 7200),
 ])
 def test_windows_that_share_state_or_budget_have_no_window_event(bounds, releases, unit_period):
     window = WindowSpec(size=3600, start=0, end=24 * 3600)
     assert plan_job(releases, bounds, window, 1.0, 1e-6, unit_period).window_event() is None
+
+
+@pytest.mark.parametrize("releases", [
+    (SvtSpec("s", metric="count", maximum=500.0, threshold=0.5, sigma_threshold=0.2),),
+    (HistogramSpec("h", partitions=("a", "b"), noise="laplace"),
+     SvtSpec("s", metric="count", maximum=500.0, threshold=0.5, sigma_threshold=0.2)),
+])
+def test_a_stream_with_monitors_pays_their_opening_once_and_the_rest_per_window(releases):
+    """The opening (the new monitors' budgets) plus W window events are the plan's events, leaf for leaf; a
+    continued monitor opens nothing and its plan's events are the W windows alone."""
+    from dpstream.accounting.composition import leaf_counts
+    from dpstream.accounting.events import Composed
+
+    window = WindowSpec(size=3600, start=0, end=24 * 3600)
+    plan = plan_job(releases, ContributionBounds(max_partitions=2), window, 1.0, 1e-6)
+    event, opening = plan.window_event(), plan.opening_event()
+    assert event is not None and opening is not None
+    assert (dict(leaf_counts(Composed((opening, SelfComposed(event, window.count)))))
+            == dict(leaf_counts(Composed(plan.events()))))
+    assert plan.opening_event(frozenset({"s"})) is None
+    assert (dict(leaf_counts(SelfComposed(event, window.count)))
+            == dict(leaf_counts(Composed(plan.events(frozenset({"s"}))))))
