@@ -55,7 +55,8 @@ windows, row groups of 2^20 rows), one Gaussian histogram with max_partitions 2 
 by ReadFromParquetBatched, against a plain batched count (per-batch pandas groupby of (day, partition), then
 CombinePerKey) and PipelineDP (10^6 only: it takes minutes beyond). Each run in a fresh process, in-process
 and with --direct_running_mode=multi_processing --direct_num_workers=2; seconds, ratios to the plain count,
-per-event growth from 10^6 to 10^7, and each process's peak RSS.
+per-event growth from 10^6 to 10^7, and the peak RSS of each run's process or its largest worker; dpstream and
+the plain count run three times each, alternating, and the median counts.
 
 Usage: .venv/bin/python -m benchmarks.pipelines [--quick] [--parts speed,accuracy,scaling,scale]
        [--output benchmarks/results/pipelines.json]
@@ -451,7 +452,8 @@ def _pandas_counts(batch: pa.RecordBatch):
 
 
 def scale_run(tool: str, path: str, mode: str) -> dict:
-    """One timed run of `tool` on `path` in a fresh process: seconds and the process's peak RSS (MiB)."""
+    """One timed run of `tool` on `path` in a fresh process: seconds and the peak RSS (MiB) of that process or of
+    its largest worker process (multi_processing)."""
     import multiprocessing
     import resource
 
@@ -498,8 +500,8 @@ def scale_run(tool: str, path: str, mode: str) -> dict:
                     accountant.compute_budgets()
                     return counts | "Cells" >> beam.combiners.Count.Globally().without_defaults()
             seconds, rows = _run(build, directory, options)
-        queue.put({"seconds": seconds, "check": rows[0] if rows else 0,
-                   "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
+        peak = max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+        queue.put({"seconds": seconds, "check": rows[0] if rows else 0, "peak_rss_mib": peak / 1024})
 
     context = multiprocessing.get_context("fork")
     queue = context.Queue()
@@ -513,17 +515,24 @@ def scale_run(tool: str, path: str, mode: str) -> dict:
     return result
 
 
-def scale_benchmark(sizes, directory: str, pipelinedp_largest: int) -> dict:
-    """dpstream, the plain batched count and PipelineDP on the Parquet setup (module docstring, part 4)."""
+def scale_benchmark(sizes, directory: str, pipelinedp_largest: int, repeats: int = 3) -> dict:
+    """dpstream, the plain batched count and PipelineDP on the Parquet setup (module docstring, part 4). dpstream
+    and the plain count run `repeats` times each, alternating (so drift in the machine's load hits both), and
+    report the median; PipelineDP runs once."""
     runs = []
     for size in sizes:
         path = scale_table(size, directory)
         for mode in ("in_process", "multi_processing"):
-            for tool in ("dpstream", "plain_batched", "pipelinedp"):
-                if tool == "pipelinedp" and size > pipelinedp_largest:
-                    continue
+            tools = ["dpstream", "plain_batched"] * repeats + (["pipelinedp"] if size <= pipelinedp_largest else [])
+            timed: dict[str, list[dict]] = {}
+            for tool in tools:
                 print(f"benchmarks.pipelines: scale {tool} {size:.0e} {mode}", file=sys.stderr, flush=True)
-                runs.append({"tool": tool, "events": size, "mode": mode, **scale_run(tool, path, mode)})
+                timed.setdefault(tool, []).append(scale_run(tool, path, mode))
+            for tool, results in timed.items():
+                runs.append({"tool": tool, "events": size, "mode": mode,
+                             "seconds": float(np.median([r["seconds"] for r in results])),
+                             "all_seconds": [round(r["seconds"], 3) for r in results],
+                             "peak_rss_mib": max(r["peak_rss_mib"] for r in results)})
     seconds = {(r["tool"], r["events"], r["mode"]): r["seconds"] for r in runs}
     ratios = {f"{tool}/plain_batched {size:.0e} {mode}": seconds[(tool, size, mode)] / seconds[("plain_batched", size, mode)]
               for tool, size, mode in seconds if tool != "plain_batched"}

@@ -160,13 +160,16 @@ def group_sums(parts: pd.Series | pd.DataFrame) -> pd.Series | pd.DataFrame:
 
 def sums_by_code(codes: np.ndarray, units: np.ndarray, names=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(the distinct codes in ascending order, the exact int64 sum of `units` per code, how many items each
-    had): `group_sums` for integer group codes, with a sort instead of grouping labels. `SumOverflowError` when
-    a code's sum could leave int64, as `group_sums` (naming the label `names[code]` when given)."""
-    units = np.asarray(units)
+    had): `group_sums` for integer group codes, with a sort (or, for dense non-negative codes such as
+    factorised labels, a bincount) instead of grouping labels. `SumOverflowError` when a code's sum could leave
+    int64, as `group_sums` (naming the label `names[code]` when given)."""
+    units, codes = np.asarray(units), np.asarray(codes)
     if units.dtype.kind != "i":
         raise TypeError(f"exact sums need int64 value units, got dtype {units.dtype}")
     if not units.size:
-        return np.asarray(codes)[:0], units[:0].astype(np.int64), np.array([], dtype=np.int64)
+        return codes[:0], units[:0].astype(np.int64), np.array([], dtype=np.int64)
+    if codes.min() >= 0 and codes.max() < 4 * codes.size + 1024:
+        return _dense_sums(codes, units.astype(np.int64, copy=False), names)
     order = np.argsort(codes, kind="stable")
     ordered = codes[order]
     starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
@@ -176,6 +179,22 @@ def sums_by_code(codes: np.ndarray, units: np.ndarray, names=None) -> tuple[np.n
         labels = ordered[starts] if names is None else np.asarray(names, dtype=object)[ordered[starts]]
         _require_in_range(pd.Series(per_code, index=labels), "partition")
     return ordered[starts], np.add.reduceat(units[order].astype(np.int64), starts), np.diff(np.r_[starts, ordered.size])
+
+
+def _dense_sums(codes: np.ndarray, units: np.ndarray, names) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`sums_by_code` for small non-negative codes: counts by bincount, exact int64 sums by np.add.at (no partial
+    sum can leave int64 while the magnitudes of all items add up to at most SUM_LIMIT; else code by code)."""
+    magnitudes = np.abs(units.astype(np.float64))
+    if magnitudes.sum() > SUM_LIMIT:
+        per_code = np.bincount(codes, weights=magnitudes)
+        present = np.flatnonzero(per_code)
+        labels = present if names is None else np.asarray(names, dtype=object)[present]
+        _require_in_range(pd.Series(per_code[present], index=labels), "partition")
+    counts = np.bincount(codes)
+    sums = np.zeros(counts.size, dtype=np.int64)
+    np.add.at(sums, codes, units)
+    present = np.flatnonzero(counts)
+    return present.astype(codes.dtype, copy=False), sums[present], counts[present]
 
 
 def total(units: pd.Series) -> int:

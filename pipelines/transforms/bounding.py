@@ -13,6 +13,10 @@ clipped to [min_value, max_value] (DESIGN.md section 1). Steps:
    (a uniform sample without replacement; keys from the CSPRNG, or in test mode
    a keyed hash of the record). Counting jobs (min_value = max_value) need no
    sample: every record is worth the same, so a group reduces to its size.
+   Users are identified by a keyed 64-bit hash of their id (`user_hashes`,
+   vectorised over the Arrow buffers), which also picks their shard; pieces
+   travel as plain arrays (`_Piece`: hashes, partition codes with the piece's
+   own names, narrow counts), cheap to pickle through the shuffle.
 2. Group the pieces of a window (and user shard) by key; merging bottom-m
    samples by smallest key again gives a uniform m-sample of the whole group.
 3. Per user, keep `max_partitions` of their partitions, chosen uniformly
@@ -95,6 +99,42 @@ def _combine(*parts: np.ndarray | np.unsignedinteger) -> np.ndarray:
     return state
 
 
+def user_hash_key(seed: int | None) -> int:
+    """The key of a pipeline's user hashes (`user_hashes`): drawn from the CSPRNG when the transform is built (the
+    same key then travels to every worker), or derived from the seed in test mode."""
+    if seed is None:
+        return int(SecureRandom().words(1)[0])
+    return int.from_bytes(hashlib.sha256(f"{seed}\x00users".encode()).digest()[:8], "little")
+
+
+def user_hashes(values: pa.Array, key: int) -> np.ndarray:
+    """Keyed 64-bit hashes of an Arrow string array, vectorised over its buffers (no Python object per row).
+
+    Each string is mixed 8 bytes at a time (SplitMix64 finaliser, seeded with the key and its length), so equal
+    strings get equal hashes in any array or slice. Users travel through the shuffle and are grouped as these
+    hashes. Privacy: two users whose hashes collide (about n^2 / 2^65 for n users) are bounded together as one
+    unit, which keeps each of them within the bounds (removing one changes only that unit's records); only their
+    utility suffers. The key is secret, so nobody can choose colliding ids on purpose."""
+    count = len(values)
+    buffers = values.buffers()
+    offset_type = np.int64 if pa.types.is_large_string(values.type) else np.int32
+    offsets = np.frombuffer(buffers[1], dtype=offset_type, count=count + 1,
+                            offset=values.offset * np.dtype(offset_type).itemsize).astype(np.int64)
+    data = np.zeros(0, np.uint8) if buffers[2] is None else np.frombuffer(buffers[2], dtype=np.uint8)
+    padded = np.zeros(data.size + 8, np.uint8)
+    padded[:data.size] = data
+    words = np.ndarray(shape=(data.size + 1,), dtype="<u8", buffer=padded, strides=(1,))  # a word at every byte
+    starts, lengths = offsets[:-1], np.diff(offsets)
+    hashes = _splitmix(np.uint64(key) ^ lengths.astype(np.uint64))
+    for at in range(0, int(lengths.max(initial=0)), 8):
+        left = lengths - at
+        word = words[np.minimum(starts + at, data.size)]
+        short = np.flatnonzero(left < 8)  # the string's last word: only its own bytes
+        word[short] &= (np.uint64(1) << (np.maximum(left[short], 0).astype(np.uint64) * np.uint64(8))) - np.uint64(1)
+        hashes = np.where(left > 0, _splitmix((hashes + _MIX) ^ word), hashes)
+    return hashes
+
+
 class _Keys:
     """Random sampling keys: CSPRNG words, or in test mode keyed hashes of what identifies the item.
 
@@ -146,10 +186,64 @@ def _dictionary(column: pa.Array) -> tuple[pa.Array, np.ndarray]:
     return encoded.dictionary, encoded.indices.to_numpy().astype(np.int64)
 
 
-def _strings(values: pa.Array) -> pd.Series:
-    """An Arrow string array as a pandas column that stays Arrow: pickled as Arrow buffers through Beam's shuffle
-    and factorised by Arrow, not as one Python object per row."""
-    return pd.Series(pd.arrays.ArrowExtensionArray(values), copy=False)
+@dataclass(frozen=True, slots=True)
+class _Piece:
+    """Pre-aggregated records of one (window, user shard) from one batch (`_PreAggregate`), or several pieces
+    concatenated: plain arrays, which pickle through Beam's shuffle several times faster than a DataFrame. Per
+    row: the user's hash (uint64), the partition (an Arrow dictionary array: int32 codes into the piece's own
+    partition names), and the group's record count `n` (counting jobs; the narrowest unsigned type that holds
+    max_contributions) or the kept record's sampling `key` and `value` (int64 units of the quantum)."""
+
+    user: np.ndarray
+    partition: pa.DictionaryArray
+    n: np.ndarray | None = None
+    key: np.ndarray | None = None
+    value: np.ndarray | None = None
+
+    @property
+    def rows(self) -> int:
+        return len(self.user)
+
+    def records(self) -> tuple[np.ndarray, np.ndarray]:
+        """(sampling keys, value units) of a piece of records with values (not a counting job's)."""
+        if self.key is None or self.value is None:
+            raise ValueError("a counting job's piece holds record counts, not records with values")
+        return self.key, self.value
+
+    def take(self, rows: np.ndarray) -> _Piece:
+        """The piece of the given rows (an int64 index array)."""
+        return _Piece(self.user[rows], self.partition.take(pa.array(rows, pa.int64())),
+                      *(None if column is None else column[rows] for column in (self.n, self.key, self.value)))
+
+    @staticmethod
+    def empty() -> _Piece:
+        return _Piece(np.zeros(0, np.uint64), _partition_codes(np.zeros(0, np.int64), pa.array([], pa.string())))
+
+    @staticmethod
+    def concat(pieces) -> _Piece:
+        """One piece of all rows of `pieces` (of one job: all counting, or all with keys and values)."""
+        pieces = [piece for piece in pieces if piece.rows] or [_Piece.empty()]
+        if len(pieces) == 1:
+            return pieces[0]
+
+        def joined(name: str):
+            columns = [getattr(piece, name) for piece in pieces]
+            return None if columns[0] is None else np.concatenate(columns)
+
+        return _Piece(joined("user"), pa.concat_arrays([piece.partition for piece in pieces]),  # names unified
+                      joined("n"), joined("key"), joined("value"))
+
+
+def _partition_codes(codes: np.ndarray, names: pa.Array) -> pa.DictionaryArray:
+    """Partition `codes` into `names` as a dictionary array holding only the names used (so a piece pickles only
+    its own partitions' names)."""
+    used, compact = np.unique(codes, return_inverse=True)
+    return pa.DictionaryArray.from_arrays(pa.array(compact.astype(np.int32).ravel()), names.take(pa.array(used)))
+
+
+def _count_type(most: int) -> type:
+    """The narrowest unsigned integer type that holds record counts up to `most`."""
+    return next(kind for kind in (np.uint8, np.uint16, np.uint32, np.uint64) if most <= np.iinfo(kind).max)
 
 
 def _python(values: pa.Array) -> np.ndarray:
@@ -157,10 +251,10 @@ def _python(values: pa.Array) -> np.ndarray:
 
 
 class _PreAggregate(beam.DoFn):
-    """One record batch -> ((window index, shard), frame) pieces, at most max_contributions records per group.
+    """One record batch -> ((window index, shard), `_Piece`) pieces, at most max_contributions records per group.
 
-    A frame has columns user, partition and n (counting jobs: records in the group) or key and value (the
-    record's sampling key and its clipped value in int64 units of the quantum).
+    Users are identified by their keyed hash (`user_hashes`); the user shard is the hash modulo `shards`. The hash key is drawn when the transform is built
+    (`user_hash_key`), so every worker and batch of one pipeline hashes a user alike.
     """
 
     def __init__(self, bounds: ContributionBounds, window: WindowSpec, partitions, seed, shards: int):
@@ -170,17 +264,16 @@ class _PreAggregate(beam.DoFn):
         self._seed = seed
         self._shards = shards
         self._counting = bounds.counting
+        self._user_key = user_hash_key(seed)
 
     def setup(self):
         self._keys = _Keys(self._seed, "records")
-        self._shard_keys = _Keys(0, "shards")
 
     def process(self, batch: pa.RecordBatch):
         if batch.schema.names[:4] != EVENT_SCHEMA.names:
             raise TypeError(f"BoundContributions expects record batches with columns {EVENT_SCHEMA.names}, got {batch.schema.names}")
         if batch.num_rows == 0:
             return
-        users, user_codes = _dictionary(batch.column(0))
         partitions, partition_codes = _dictionary(batch.column(2))
         timestamps = batch.column(1).to_numpy()
         rows = np.arange(batch.num_rows)
@@ -190,41 +283,71 @@ class _PreAggregate(beam.DoFn):
         rows = rows[positions]
         if rows.size == 0:
             return
-        user_codes, partition_codes = user_codes[rows], partition_codes[rows]
-        groups = (windows * len(users) + user_codes) * len(partitions) + partition_codes
+        hashes = user_hashes(batch.column(0), self._user_key)[rows]
+        partition_codes = partition_codes[rows]
+        user_codes, users = pd.factorize(hashes)
+        pieces = windows * self._shards + (hashes % np.uint64(self._shards)).astype(np.int64)
+        piece_codes, piece_ids = pd.factorize(pieces, sort=True)  # codes in (window, shard) order
+        groups = _cell_codes(piece_codes, user_codes, len(users), partition_codes, len(partitions))
+        columns: dict[str, np.ndarray]
         if self._counting:
-            distinct, sizes = np.unique(groups, return_counts=True)
-            columns = {"n": np.minimum(sizes, self._bounds.max_contributions)}
+            distinct, sizes = np.unique(groups.codes, return_counts=True)
+            columns = {"n": np.minimum(sizes, self._bounds.max_contributions).astype(
+                _count_type(self._bounds.max_contributions))}
         else:
             values = np.clip(batch.column(3).to_numpy()[rows], self._bounds.min_value, self._bounds.max_value)
             keys = self._keys.draw(rows.size, lambda: (
-                self._keys.strings(_python(users))[user_codes], self._keys.strings(_python(partitions))[partition_codes],
-                timestamps[rows], values.view(np.uint64), windows))
-            order, rank = _group_ranks(groups, keys)
-            kept = order[rank < self._bounds.max_contributions]
-            distinct = groups[kept]
+                hashes, self._keys.strings(_python(partitions))[partition_codes], timestamps[rows],
+                values.view(np.uint64), windows))
+            order, rank = _group_ranks(groups.codes, keys)
+            kept = order[rank < self._bounds.max_contributions]  # still sorted by group
+            distinct = groups.codes[kept]
             columns = {"key": keys[kept], "value": to_units(values[kept], self._bounds.quantum)}
-        partition_of = distinct % len(partitions)
-        user_of = (distinct // len(partitions)) % len(users)
-        window_of = distinct // (len(partitions) * len(users))
-        piece = window_of * self._shards
-        if self._shards > 1:
-            piece += (self._shard_keys.strings(_python(users))[user_of] % np.uint64(self._shards)).astype(np.int64)
-        order = np.argsort(piece, kind="stable")
-        piece = piece[order]
-        frame = pd.DataFrame({"user": _strings(users.take(pa.array(user_of[order]))),
-                              "partition": _strings(partitions.take(pa.array(partition_of[order]))),
-                              **{name: column[order] for name, column in columns.items()}})
-        for begin, end in zip(*_runs(piece)):
-            index, shard = divmod(int(piece[begin]), self._shards)
-            yield TimestampedValue(((index, shard), frame.iloc[begin:end]), window_timestamp(self._window, index))
+        piece_of, user_of, partition_of = groups.decode(distinct)
+        piece_of = piece_ids[piece_of]
+        user_of = users[user_of]
+        for begin, end in zip(*_runs(piece_of)):  # sorted by group, so by piece
+            index, shard = divmod(int(piece_of[begin]), self._shards)
+            piece = _Piece(user_of[begin:end], _partition_codes(partition_of[begin:end], partitions),
+                           **{name: column[begin:end] for name, column in columns.items()})
+            yield TimestampedValue(((index, shard), piece), window_timestamp(self._window, index))
+
+
+@dataclass(frozen=True)
+class _CellCodes:
+    """One int64 code per row for (piece, user, partition), ordered as those triples are (piece first)."""
+
+    codes: np.ndarray
+    pairs: np.ndarray | None  # None: codes = (piece * users + user) * partitions + partition; else pair ids
+    users: int
+    partitions: int
+
+    def decode(self, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(piece code, user code, partition code) of each code."""
+        pair, partition_of = np.divmod(codes, self.partitions)
+        if self.pairs is not None:
+            pair = self.pairs[pair]
+        piece_of, user_of = np.divmod(pair, self.users)
+        return piece_of, user_of, partition_of
+
+
+def _cell_codes(pieces: np.ndarray, users: np.ndarray, user_count: int, partitions: np.ndarray,
+                partition_count: int) -> _CellCodes:
+    """`_CellCodes` of per-row codes; where (pieces x users x partitions) would not fit in int64, the (piece, user)
+    pairs are numbered first (sorted), so every product stays below rows^2."""
+    pair = pieces.astype(np.int64) * user_count + users
+    if (int(pieces.max(initial=0)) + 1) * user_count * partition_count < 2**63:
+        return _CellCodes(pair * partition_count + partitions, None, user_count, partition_count)
+    pair_codes, pair_ids = pd.factorize(pair, sort=True)
+    return _CellCodes(pair_codes.astype(np.int64) * partition_count + partitions, pair_ids, user_count,
+                      partition_count)
 
 
 @dataclass(frozen=True)
 class _Kept:
-    """The cells (steps 2 and 3) or, with a value grid, the records kept in one window: the distinct users and
-    partitions of the window's pieces (pandas arrays, Arrow strings for pieces from `_PreAggregate`), each kept
-    item's user and partition code into them, and its bounded sum in value units (or value bucket)."""
+    """The cells (steps 2 and 3) or, with a value grid, the records kept in one window: the distinct users (their
+    uint64 hashes) and partitions (Arrow strings) of the window's pieces, each kept item's user and partition code
+    into them, and its bounded sum in value units (or value bucket)."""
 
     users: Any
     user_of: np.ndarray
@@ -233,7 +356,8 @@ class _Kept:
     values: np.ndarray
 
     def user_labels(self) -> np.ndarray:
-        return np.asarray(self.users.take(self.user_of), dtype=object)
+        """Each kept item's user hash (uint64)."""
+        return self.users[self.user_of]
 
     def partition_labels(self) -> np.ndarray:
         return np.asarray(self.partitions.take(self.partition_of), dtype=object)
@@ -243,26 +367,27 @@ class _Kept:
         return _code_totals(self.partition_of, self.partitions, self.values, units)
 
 
-def _kept(frame: pd.DataFrame, index: int, bounds: ContributionBounds, keys: _Keys, partition_keys: _Keys,
+def _kept(piece: _Piece, index: int, bounds: ContributionBounds, keys: _Keys, partition_keys: _Keys,
           grid: ValueGrid | None = None) -> _Kept:
     """All pieces of one window (one user shard's or more) -> what steps 2 and 3 keep: per kept (user, partition)
     its bounded sum in value units; with `grid` (records with values only), the kept cells' records instead, each
     with its value bucket."""
-    user_codes, users = pd.factorize(frame["user"].array)
-    partition_codes, partitions = pd.factorize(frame["partition"].array)
+    user_codes, users = pd.factorize(piece.user)
+    partition_codes, partitions = piece.partition.indices.to_numpy().astype(np.int64), piece.partition.dictionary
     groups = user_codes.astype(np.int64) * len(partitions) + partition_codes
     if bounds.counting:
         distinct, inverse = np.unique(groups, return_inverse=True)
-        kept = np.minimum(np.bincount(inverse, weights=frame["n"].to_numpy()), bounds.max_contributions)
+        kept = np.minimum(np.bincount(inverse, weights=piece.n), bounds.max_contributions)
         sums = kept.astype(np.int64) * bounds.value_units[0]
     else:
-        order, rank = _group_ranks(groups, frame["key"].to_numpy())
+        record_keys, units = piece.records()
+        order, rank = _group_ranks(groups, record_keys)
         sample = order[rank < bounds.max_contributions]  # still sorted by group
         sampled = groups[sample]
         starts, _ = _runs(sampled)
         distinct = sampled[starts]
         # at most max_contributions <= 2**32 records of |units| <= 2**30 per group: no overflow
-        sums = np.add.reduceat(frame["value"].to_numpy()[sample], starts)
+        sums = np.add.reduceat(units[sample], starts)
     user_of, partition_of = np.divmod(distinct, len(partitions))
     chosen = _chosen_partitions(user_of, partition_of, users, partitions, index, bounds.max_partitions,
                                 partition_keys)
@@ -271,7 +396,7 @@ def _kept(frame: pd.DataFrame, index: int, bounds: ContributionBounds, keys: _Ke
         picked = np.zeros(distinct.size, dtype=bool)
         picked[chosen] = True
         records = picked[cell_of]
-        chosen, values = cell_of[records], grid.bucket(frame["value"].to_numpy()[sample[records]] * bounds.quantum)
+        chosen, values = cell_of[records], grid.bucket(units[sample[records]] * bounds.quantum)
     else:
         values = sums[chosen]
     return _Kept(users, user_of[chosen], partitions, partition_of[chosen], values)
@@ -288,17 +413,17 @@ def _chosen_partitions(user_of: np.ndarray, partition_of: np.ndarray, users, par
         return np.arange(user_of.size)
     rows = np.flatnonzero(crowded)
     draws = partition_keys.draw(rows.size, lambda: (
-        partition_keys.strings(np.asarray(users, dtype=object))[user_of[rows]],
+        np.asarray(users)[user_of[rows]],
         partition_keys.strings(np.asarray(partitions, dtype=object))[partition_of[rows]], np.int64(index)))
     order, rank = _group_ranks(user_of[rows], draws)
     crowded[rows[order[rank < most]]] = False  # now: the rows not kept
     return np.flatnonzero(~crowded)
 
 
-def _kept_cells(frame: pd.DataFrame, index: int, bounds: ContributionBounds, keys: _Keys,
+def _kept_cells(piece: _Piece, index: int, bounds: ContributionBounds, keys: _Keys,
                 partition_keys: _Keys, grid: ValueGrid | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`_kept` as (user, partition, bounded sum or value bucket) per kept item, labels as Python strings."""
-    kept = _kept(frame, index, bounds, keys, partition_keys, grid)
+    kept = _kept(piece, index, bounds, keys, partition_keys, grid)
     return kept.user_labels(), kept.partition_labels(), kept.values
 
 
@@ -340,8 +465,7 @@ class _BoundWindow(beam.DoFn):
 
     def process(self, element):
         (index, _), pieces = element
-        frame = pd.concat(list(pieces), ignore_index=True)
-        kept = _kept(frame, index, self._bounds, self._keys, self._partition_keys, self._grid)
+        kept = _kept(_Piece.concat(pieces), index, self._bounds, self._keys, self._partition_keys, self._grid)
         yield index, (bucket_counts(kept.partition_labels(), kept.values) if self._grid is not None
                       else kept.totals(self._units))
 
@@ -413,17 +537,20 @@ class _BoundCapped(beam.DoFn):
 
     def process(self, element):
         _, pieces = element
-        frame = pd.concat([piece.assign(window=index) for index, piece in pieces], ignore_index=True)
-        kept = frame[self._kept_windows(frame)]
-        cells = [(int(index), *_kept_cells(rows, int(index), self._bounds, self._keys, self._partition_keys))
-                 for index, rows in kept.groupby("window", sort=True)]
+        pieces = list(pieces)
+        merged = _Piece.concat(piece for _, piece in pieces)
+        windows = np.concatenate([np.full(piece.rows, index, dtype=np.int64) for index, piece in pieces])
+        rows = np.flatnonzero(self._kept_windows(merged.user, windows))
+        order = rows[np.argsort(windows[rows], kind="stable")]
+        cells = [(int(windows[order[begin]]), *_kept_cells(merged.take(order[begin:end]), int(windows[order[begin]]),
+                                                          self._bounds, self._keys, self._partition_keys))
+                 for begin, end in zip(*_runs(windows[order]))]
         if not cells:
             return
         windows = np.concatenate([np.full(users.size, index, dtype=np.int64) for index, users, _, _ in cells])
         users, labels, sums = (np.concatenate([cell[i] for cell in cells]) for i in (1, 2, 3))
-        user_codes, names = pd.factorize(users)
-        keys = self._cell_keys.draw(users.size, lambda: (
-            self._cell_keys.strings(np.asarray(names))[user_codes], self._cell_keys.strings(labels), windows))
+        user_codes, _ = pd.factorize(users)
+        keys = self._cell_keys.draw(users.size, lambda: (users, self._cell_keys.strings(labels), windows))
         heaviest = heaviest_first(sums, keys)
         keep = capped_windows(user_codes.astype(np.int64), windows, self._cap.max_cells, self._cap.unit_of_window,
                               heaviest)
@@ -437,14 +564,12 @@ class _BoundCapped(beam.DoFn):
             yield TimestampedValue((index, _totals(labels[rows], sums[rows], self._units)),
                                    window_timestamp(self._window, index))
 
-    def _kept_windows(self, frame: pd.DataFrame) -> np.ndarray:
-        """Rows of the windows each unit keeps (max_windows), as a boolean mask."""
-        user_codes, users = pd.factorize(frame["user"].array)
-        windows = frame["window"].to_numpy().astype(np.int64)
+    def _kept_windows(self, user_hashes: np.ndarray, windows: np.ndarray) -> np.ndarray:
+        """Rows (of users and their windows) in the windows each unit keeps (max_windows), as a boolean mask."""
+        user_codes, users = pd.factorize(user_hashes)
         pairs, row_pair = np.unique(user_codes.astype(np.int64) * self._window.count + windows, return_inverse=True)
         pair_users, pair_windows = np.divmod(pairs, self._window.count)
-        keys = self._window_keys.draw(pairs.size, lambda: (
-            self._window_keys.strings(np.asarray(users))[pair_users], pair_windows))
+        keys = self._window_keys.draw(pairs.size, lambda: (users[pair_users], pair_windows))
         keep = capped_windows(pair_users, pair_windows, self._cap.max_windows, self._cap.unit_of_window, keys)
         return keep[row_pair.ravel()]
 
@@ -459,12 +584,12 @@ class _BoundWindowCells(_BoundWindow):
 
     def process(self, element):
         (index, shard), pieces = element
-        pieces = [piece for piece in pieces if len(piece)]
+        pieces = [piece for piece in pieces if piece.rows]
         if pieces:
-            cells = _kept_cells(pd.concat(pieces, ignore_index=True), index, self._bounds, self._keys,
+            cells = _kept_cells(_Piece.concat(pieces), index, self._bounds, self._keys,
                                 self._partition_keys)
         else:
-            cells = (np.array([], dtype=object), np.array([], dtype=object), np.array([], dtype=np.int64))
+            cells = (np.array([], dtype=np.uint64), np.array([], dtype=object), np.array([], dtype=np.int64))
         yield TimestampedValue((shard, (index, *cells)), window_timestamp(self._window, index))
 
 
@@ -522,9 +647,7 @@ class _CapInWindowOrder(beam.DoFn):
         keep = np.zeros(users.size, dtype=bool)
         if users.size:
             codes, names = pd.factorize(users)
-            keys = self._cell_keys.draw(users.size, lambda: (
-                self._cell_keys.strings(np.asarray(names))[codes], self._cell_keys.strings(labels),
-                np.int64(index)))
+            keys = self._cell_keys.draw(users.size, lambda: (users, self._cell_keys.strings(labels), np.int64(index)))
             heaviest = heaviest_first(sums, keys)
             order, rank = _group_ranks(codes.astype(np.int64), heaviest)
             before = [counts.get(name, (0, 0, 0)) for name in names]
@@ -625,7 +748,7 @@ class BoundContributions(beam.PTransform):
 
     def _capped_stream(self, pieces):
         empty = pieces.pipeline | "Every window and shard" >> PublicWindows(
-            self._window, lambda index, shards=self._shards: [((index, shard), pd.DataFrame()) for shard in range(shards)],
+            self._window, lambda index, shards=self._shards: [((index, shard), _Piece.empty()) for shard in range(shards)],
             key=lambda key: key[0])
         return (
             (pieces, empty)

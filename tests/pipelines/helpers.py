@@ -7,7 +7,6 @@ import tempfile
 from collections import defaultdict
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.testing.test_pipeline import TestPipeline
@@ -22,7 +21,7 @@ from dpstream.pipelines.transforms.aggregation import (
     empty_sums,
     empty_sums_and_units,
 )
-from dpstream.pipelines.transforms.bounding import _BoundCapped, _BoundWindow, _kept_cells, _Keys, _PreAggregate
+from dpstream.pipelines.transforms.bounding import _BoundCapped, _BoundWindow, _kept_cells, _Keys, _Piece, _PreAggregate
 from dpstream.pipelines.transforms.graph import release_graph
 
 START = 1356998400  # 2013-01-01T00:00:00Z
@@ -66,7 +65,7 @@ def bounded_cells(batches, bounds, window, partitions=None, seed=0) -> dict:
     keys, partition_keys = _Keys(seed, "records"), _Keys(seed, "partitions")
     cells = {}
     for (index, _), frames in _pieces(batches, bounds, window, partitions, seed, 1).items():
-        users, labels, sums = _kept_cells(pd.concat(frames, ignore_index=True), index, bounds, keys, partition_keys)
+        users, labels, sums = _kept_cells(_Piece.concat(frames), index, bounds, keys, partition_keys)
         cells[index] = list(zip(users, labels, sums))
     return cells
 

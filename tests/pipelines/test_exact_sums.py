@@ -246,3 +246,9 @@ def test_sums_by_code_equal_group_sums_exactly(seed):
     with pytest.raises(SumOverflowError, match="partition 'p0'"):
         sums_by_code(np.zeros(4, dtype=np.int64), huge, names)
     assert sums_by_code(np.arange(4), huge, names)[1].tolist() == [2**61] * 4 and 4 * 2.0**61 > SUM_LIMIT
+    spread = 10**12  # codes far apart take the sorting path instead of the bincount: the same answers
+    sparse, sparse_totals, sparse_counts = sums_by_code(codes * spread, units)
+    assert (sparse.tolist(), sparse_totals.tolist(), sparse_counts.tolist()) == (
+        [p * spread for p in present], totals.tolist(), counts.tolist())
+    with pytest.raises(SumOverflowError):
+        sums_by_code(np.zeros(4, dtype=np.int64) + spread, huge)
