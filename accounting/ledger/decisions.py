@@ -52,14 +52,22 @@ def check_periods(row: sa.Row, periods: Periods | None) -> None:
                           f"{periods.grid.text}; nothing was debited")
 
 
+def retirement(tables: Tables, conn: sa.Connection, scope: str) -> str | None:
+    """The refusal every release of a retired scope gets ("refused: ..."), or None while the scope is live."""
+    retired = conn.execute(sa.select(tables.retired).where(tables.retired.c.scope == scope)).one_or_none()
+    if retired is None:
+        return None
+    return (f"refused: scope {scope!r} was retired at {retired.retired_at} ({retired.reason}); it admits nothing "
+            f"more: use a new scope")
+
+
 def decide(tables: Tables, conn: sa.Connection, row: sa.Row, event: Event, label: str,
            periods: Periods | None) -> Decision:
     """The scope's decision on `event` (checked with `check_periods` first); a retired scope refuses every event."""
     check_periods(row, periods)
-    retired = conn.execute(sa.select(tables.retired).where(tables.retired.c.scope == row.name)).one_or_none()
-    if retired is not None:
-        return Decision(False, f"refused: scope {row.name!r} was retired at {retired.retired_at} ({retired.reason}); "
-                               f"it admits nothing more: use a new scope", lambda conn: None)
+    refusal = retirement(tables, conn, row.name)
+    if refusal is not None:
+        return Decision(False, refusal, lambda conn: None)
     if periods is None:
         return _decide_plain(tables, row, event, label)
     return _decide_periods(tables, conn, row, event, label, periods)

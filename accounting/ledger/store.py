@@ -18,9 +18,18 @@ import sqlalchemy as sa
 from sqlalchemy import event as sa_event
 from sqlalchemy.engine import make_url
 
+from dpstream.accounting.composition import leaf_counts
 from dpstream.accounting.events import Event
 from dpstream.accounting.filters import SCOPE_FILTERS, EventFilter, PrivacyFilter, default_scope_filter, scope_filter
-from dpstream.accounting.ledger.decisions import check_periods, decide, inserted_id, now_text, period_rows
+from dpstream.accounting.filters.pure import basic_total
+from dpstream.accounting.ledger.decisions import (
+    check_periods,
+    decide,
+    inserted_id,
+    now_text,
+    period_rows,
+    retirement,
+)
 from dpstream.accounting.ledger.errors import LedgerConflict, LedgerError, UnknownScopeError
 from dpstream.accounting.ledger.periods import PeriodGrid, Periods, period_runs
 from dpstream.accounting.ledger.records import (
@@ -473,6 +482,8 @@ class Ledger:
         opened = sorted(name for name, monitor in monitors.items() if monitor.record is None)
         if bool(opened) != (opening is not None) or any(monitors[n].initial is None for n in opened):
             raise LedgerError(f"a stream opening monitors {opened} needs their budgets' event and first records")
+        if opening is not None:
+            _check_opening(opening, [monitors[n] for n in opened])
         _check_name("output", output, 4000)
         if not (math.isfinite(lease_seconds) and lease_seconds > 0):
             raise LedgerError(f"a stream's lease must be a positive number of seconds, got {lease_seconds!r}")
@@ -482,6 +493,9 @@ class Ledger:
             clock = time.time()
             self._expire_leases(conn, clock)
             self._check_output(conn, output)
+            retired = retirement(self.tables, conn, scope)
+            if retired is not None:
+                raise LedgerError(f"{retired}; nothing was debited")
             refusal = check_template(row, event)
             if refusal is not None:
                 raise LedgerError(refusal)
@@ -582,6 +596,9 @@ class Ledger:
             row, stream = self._streaming_session(conn, stream_id, session, lease_seconds)
             if name not in stream_monitors(self.tables, conn, stream_id):
                 raise LedgerError(f"stream {stream_id} does not answer svt monitor {name!r}")
+            refusal = retirement(self.tables, conn, row.name)
+            if refusal is not None:  # retired while the stream ran: its monitor answers nothing more
+                raise LedgerError(f"{refusal}; monitor {name!r} is not sealed and its alert is not published")
             current = self._monitor_row(conn, row.name, name)
             if current is None:
                 raise LedgerError(f"scope {row.name!r} has no svt monitor {name!r}; its window is not published")
@@ -767,7 +784,10 @@ class Ledger:
             current = self._monitor_row(conn, scope, name)
             if expected is None and current is not None:
                 raise LedgerError(f"monitor {name!r} already exists on scope {scope!r}; nothing was debited")
-            if expected is not None and (current is None or MonitorRecord.from_json(current.sealed_state) != expected):
+            if expected is not None and current is None:
+                raise LedgerError(f"monitor {name!r} was never opened on scope {scope!r} (the caller read a record "
+                                  f"another ledger or scope holds); nothing was debited")
+            if expected is not None and MonitorRecord.from_json(current.sealed_state) != expected:
                 raise LedgerError(f"monitor {name!r} on scope {scope!r} changed since it was read; nothing was debited")
             if expected is not None and expected.checked_out is not None:
                 raise LedgerError(
@@ -962,6 +982,16 @@ class Ledger:
         return conn.execute(
             sa.select(self.monitors).where((self.monitors.c.scope == scope) & (self.monitors.c.name == name))
         ).one_or_none()
+
+
+def _check_opening(opening: Event, opened: Sequence[StreamMonitor]) -> None:
+    """LedgerError unless `opening`, priced by basic composition, covers the opened monitors' budgets (each
+    monitor's filter keeps it within its (epsilon, delta), so a smaller debit would under-charge the scope)."""
+    priced = basic_total(leaf_counts(opening))
+    epsilon, delta = sum(m.epsilon for m in opened), sum(m.delta for m in opened)
+    if priced is None or float(priced[0]) < epsilon * (1 - 1e-12) or float(priced[1]) < delta * (1 - 1e-12):
+        raise LedgerError(f"the opening event {opening!r} does not cover the new svt monitors' budgets (epsilon "
+                          f"{epsilon:g}, delta {delta:g} in all); nothing was debited")
 
 
 def _check_event(label: str, event: Event, periods: Periods | None) -> None:

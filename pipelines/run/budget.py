@@ -53,7 +53,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import cached_property, lru_cache
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Mapping
 
 import apache_beam as beam
 
@@ -82,6 +82,7 @@ from dpstream.pipelines.config.specs import EPSILON_RANGE, ContributionBounds, R
 from dpstream.pipelines.mechanisms.monitor import SparseVectorMonitor
 from dpstream.pipelines.planning import JobPlan, PlanningError, SvtPlan, plan_job
 from dpstream.pipelines.run.errors import EXIT_REFUSED, RunError
+from dpstream.pipelines.run.preflight import COMMITTING_RUNNERS
 from dpstream.pipelines.transforms.graph import release_graph, release_transform
 from dpstream.pipelines.transforms.svt import STATE, snapshot_path
 from dpstream.pipelines.transforms.windowing import iso
@@ -186,10 +187,11 @@ class Budget:
             return _SealState(transform, self._state_path(name))
         return transform
 
-    def apply(self, events: beam.PCollection, paid_from: int | None = None) -> dict[str, beam.PCollection]:
+    def apply(self, events: beam.PCollection, paid_from: Mapping[str, int] | None = None) -> dict[str, beam.PCollection]:
         """Every release of the budget applied to `events`: release name -> dict rows. `paid_from`: on a stream that
-        pays as it releases (`dpstream run`), the window its svt monitors answer next (`monitor_start`); their
-        rows then travel as (row, sealed state) to the stream's payer, which seals the state before publishing."""
+        pays as it releases (`dpstream run`), svt release name -> the window its monitor answers next
+        (`monitor_starts`); their rows then travel as (row, sealed state) to the stream's payer, which seals the
+        state before publishing."""
         initial = {m.name: self._initial_state(m) for m in self.plan.monitors()}
         snapshots = None if events.is_bounded or paid_from is not None else {
             m.name: self._snapshot_dir(m.name) for m in self.plan.monitors()}
@@ -286,16 +288,22 @@ class Budget:
                 raise RunError(f"budget scope {self.scope!r} is not in ledger {ledger.display_url}; "
                                f"{self._create_hint()}") from err
 
-    def window_payment(self, output: str) -> str | None:
+    def window_payment(self, output: str, runner: str = "DirectRunner") -> str | None:
         """On a plain scope: None when a stream of this plan into `output` pays window by window, else why it pays
         once, at its end, for the whole plan (the runner logs it). A stream of this job that did not finish there
         keeps paying per window (it resumes). Otherwise per window needs a plan of independent windows
         (`JobPlan.window_event`) and a filter that charges its W windows, one round each, what it would charge
-        their composition (`EventFilter.charges_evenly`, on the scope's state now). Public values only."""
+        their composition (`EventFilter.charges_evenly`, on the scope's state now); with svt monitors, also a
+        `runner` that commits a stateful step's state with its outputs (`preflight.COMMITTING_RUNNERS`: the
+        monitor is sealed in the ledger window by window). Public values only."""
         event = self.plan.window_event()
         if event is None:
             return ("its windows share state or budget (a unit period, caps across windows or peaks), so they are "
                     "not separate rounds")
+        if self.plan.monitors() and runner not in COMMITTING_RUNNERS:
+            return (f"its svt monitors are sealed window by window only on runners that commit a stateful step's "
+                    f"state with its outputs ({', '.join(COMMITTING_RUNNERS)}); {runner} recovers by replaying, which "
+                    f"could publish one answer and continue from another")
         with self._ledger("nothing was debited") as ledger:
             streams = ledger.streams_of(self.scope, output)
             if any(s.status != FINISHED and s.job == self.job_digest() for s in streams):
@@ -501,7 +509,7 @@ class Budget:
     def monitor_records(self) -> MonitorRecords:
         """svt release name -> its sealed ledger record (None: a new monitor), after checking a run may continue
         it (an svt monitor, loadable, same parameters; where it continues is checked by admit for a run and by
-        `monitor_start` for a stream; leases are checked when the run or stream opens)."""
+        `monitor_starts` for a stream; leases are checked when the run or stream opens)."""
         records: MonitorRecords = {}
         if not self.plan.monitors():
             return records
@@ -514,11 +522,11 @@ class Budget:
                 self._check_continuation(planned, record)
         return records
 
-    def monitor_start(self) -> int:
-        """The window index the svt monitors of a stream answer next: 0 for new monitors, else the window at which
-        the ledger's records continue (a stopped stream's monitor continues after its last sealed window); the
-        range's window count when they went past it. RunError when monitors continue at different windows, or a
-        record continues between window starts."""
+    def monitor_starts(self) -> dict[str, int]:
+        """svt release name -> the window index its monitor answers next on a stream: 0 for a new monitor, else
+        the window at which the ledger's record continues (a stopped stream's monitor continues after its last
+        sealed window; each monitor of a job is sealed on its own, so they may differ); the range's window count
+        when it went past it. RunError when a record continues between window starts or outside the range."""
         starts = {self.window.bounds(i)[0]: i for i in range(self.window.count)} | {self.window.next_start:
                                                                                   self.window.count}
         found = {}
@@ -529,10 +537,7 @@ class Budget:
                                f"{iso(next_start)}, which is not a window start of the job's range "
                                f"{iso(self.window.start)} to {iso(self.window.next_start)}; nothing was debited")
             found[planned.name] = starts[next_start]
-        if len(set(found.values())) > 1:
-            raise RunError(f"{self.source}: the job's svt monitors continue at different windows ({found}); run them "
-                           f"in separate jobs; nothing was debited")
-        return next(iter(found.values()), 0)
+        return found
 
     def _continued(self) -> frozenset[str]:
         """The svt monitors of the plan that are already open on the scope (their budgets are not debited again)."""

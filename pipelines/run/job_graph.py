@@ -1,6 +1,8 @@
 """A job's Beam graph, and the one line a failed pipeline is reported with (shared by batch runs and streams)."""
 from __future__ import annotations
 
+from typing import Mapping
+
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.transforms.window import GlobalWindows
@@ -18,12 +20,12 @@ from dpstream.pipelines.run.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, RunEr
 
 def build_pipeline(job: Job, job_budget: Budget, options: PipelineOptions, files: dict[str, str],
                    parts: dict[str, str] | None = None, emitted: dict[str, tuple[int, ...]] | None = None,
-                   payer=None, on_written=None, monitor_start: int = 0) -> beam.Pipeline:
+                   payer=None, on_written=None, monitor_starts: Mapping[str, int] | None = None) -> beam.Pipeline:
     """The job's Beam graph: read -> the budget's private releases -> one file per release (streaming: one per
     window, in the `parts` directories; `emitted`: the emissions each release may write, default all;
     `payer`: a `payment.StreamPayer` that pays each window before it is written; `on_written()`: called after
-    each window file, e.g. `StreamReport.refresh`; `monitor_start`: with a payer, the window the svt monitors
-    answer next, `Budget.monitor_start`). Building it reads no data."""
+    each window file, e.g. `StreamReport.refresh`; `monitor_starts`: with a payer, svt release name -> the window
+    its monitor answers next, `Budget.monitor_starts`). Building it reads no data."""
     pipeline = beam.Pipeline(options=options)
     if job.input.format == PUBSUB:
         from dpstream.connectors.pubsub import PubSubSource, ReadPubSubEvents
@@ -32,7 +34,7 @@ def build_pipeline(job: Job, job_budget: Budget, options: PipelineOptions, files
         batches = pipeline | "Read events" >> ReadPubSubEvents(job.input)
     else:
         batches = pipeline | "Read events" >> ReadEvents(job.input)
-    released = job_budget.apply(batches, paid_from=None if payer is None else monitor_start)
+    released = job_budget.apply(batches, paid_from=None if payer is None else dict(monitor_starts or {}))
     if parts is not None:
         for name, rows in released.items():
             indices = (emitted or {}).get(name, streaming_io.emissions(job_budget.plan[name], job.window))

@@ -92,23 +92,23 @@ def resume_point(plan: JobPlan, window: WindowSpec, grid: PeriodGrid | None, dec
 
 
 def answered_before(plan: JobPlan, expected: dict[str, tuple[int, ...]], decided: dict[str, set[int]],
-                    monitor_start: int) -> dict[str, set[int]]:
-    """svt release name -> its undecided windows before `monitor_start`, the window its monitor answers next
-    (`Budget.monitor_start`). The monitor is sealed in the ledger before an alert is published, so a session that
-    died in between left a monitor that has answered a window whose alert was never published; that answer is
-    spent and never published (`mark_answered`), while the other releases still publish the window."""
-    return {r.name: {i for i in expected[r.name] if i < monitor_start} - decided[r.name]
+                    starts: dict[str, int]) -> dict[str, set[int]]:
+    """svt release name -> its undecided windows before `starts[name]`, the window its monitor answers next
+    (`Budget.monitor_starts`). The monitor is sealed in the ledger before an alert is published, so a session that
+    died in between left a monitor that has answered a window whose alert was never published (or another run or
+    stream answered those windows); that answer is spent and never published here (`mark_answered`), while the
+    other releases still publish the window."""
+    return {r.name: {i for i in expected[r.name] if i < starts[r.name]} - decided[r.name]
             for r in plan.releases if isinstance(r, SvtPlan)}
 
 
-def mark_answered(parts: dict[str, str], answered: dict[str, set[int]], monitor_start: int) -> None:
+def mark_answered(parts: dict[str, str], answered: dict[str, set[int]], starts: dict[str, int]) -> None:
     """Decide the windows of `answered_before` as never published (a `.refused` part saying why)."""
     for name, indices in answered.items():
         for index in sorted(indices):
-            streaming_io.mark_unpublished(parts[name], index, f"not published: the svt monitor had answered this "
-                                                              f"window before this session (it continues at window "
-                                                              f"{monitor_start + 1}), in a session that stopped "
-                                                              f"before publishing the alert")
+            streaming_io.mark_unpublished(parts[name], index, f"not published: svt monitor {name!r} had answered this "
+                                                              f"window before this session (its ledger record "
+                                                              f"continues at window {starts[name] + 1})")
 
 
 def _span(planned, window: WindowSpec, index: int) -> tuple[float, float]:
@@ -135,8 +135,9 @@ def run_stream(job: Job, job_budget: Budget, grid: PeriodGrid | None, options: P
     _check_output(output_dir, any(decided.values()))
     if any(decided.values()):
         job_budget.check_resumable(output_dir)
-    monitor_start = job_budget.monitor_start()
-    answered = answered_before(job_budget.plan, expected, decided, monitor_start)
+    has_windows = any(decided.values())  # by an earlier session of this stream, or by another
+    monitor_starts = job_budget.monitor_starts()
+    answered = answered_before(job_budget.plan, expected, decided, monitor_starts)
     decided = {name: indices | answered.get(name, set()) for name, indices in decided.items()}
     first = resume_point(job_budget.plan, job.window, grid, decided, expected)  # refined once the ledger is read
     if first < job.window.count:
@@ -147,14 +148,14 @@ def run_stream(job: Job, job_budget: Budget, grid: PeriodGrid | None, options: P
     ticket = job_budget.open_stream(label, output_dir)
     log(ticket.message)
     try:
-        if any(decided.values()) and not ticket.resumed:  # another stream finished there meanwhile
+        if has_windows and not ticket.resumed:  # another stream finished there meanwhile
             raise RunError(f"{output_dir} holds windows of a stream that finished; write to another output; "
                            f"nothing was debited")
         later = resume_point(job_budget.plan, job.window, grid, decided, expected, ticket.debited)
         if first < later < job.window.count:
             check_event_time(job.window, options, time.time(), later)
         first = later
-        mark_answered(parts, answered, monitor_start)  # the stream is this session's now
+        mark_answered(parts, answered, monitor_starts)  # the stream is this session's now
     except RunError as err:
         job_budget.end_stream(ticket, finished=not ticket.resumed, reason=str(err))
         raise
@@ -168,7 +169,7 @@ def run_stream(job: Job, job_budget: Budget, grid: PeriodGrid | None, options: P
         pipeline = build_pipeline(job, job_budget, options, {}, parts, remaining,
                                   StreamPayer(job_budget.url, ticket.stream_id, ticket.session, job.window, grid,
                                               _payment_lease(job, job_budget.lease_seconds) if detach else None),
-                                  stream_report.refresh, monitor_start)
+                                  stream_report.refresh, monitor_starts)
         if detach:
             pipeline.run()
             return StreamOutcome({}, stream_report.files, stream_report.pending())

@@ -21,6 +21,10 @@ from dpstream.pipelines.run.errors import RunError
 
 _PORTABLE = ("PortableRunner", "FlinkRunner", "SparkRunner", "PrismRunner")
 DIRECT_RUNNERS = ("DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner")
+COMMITTING_RUNNERS = DIRECT_RUNNERS + ("DataflowRunner", "TestDataflowRunner")
+"""Runners that commit a stateful step's state together with its outputs, so a retried bundle's first answers
+never reach a later step: a stream may seal its svt monitors window by window only on these
+(docs/proofs/pipelines.run.stream.md, Retries). Flink recovers by replaying from a checkpoint instead."""
 
 
 def runner_name(options: PipelineOptions) -> str:

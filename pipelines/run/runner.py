@@ -51,7 +51,7 @@ from dpstream.pipelines.run.budget import Admission, Budget, Debit
 from dpstream.pipelines.run.errors import EXIT_ERROR, EXIT_INTERNAL, EXIT_OK, EXIT_REFUSED, RunError
 from dpstream.pipelines.run.job_graph import build_pipeline, pipeline_error
 from dpstream.pipelines.run.lease import LeaseKeeper
-from dpstream.pipelines.run.preflight import check_event_time, check_memory, check_runner
+from dpstream.pipelines.run.preflight import check_event_time, check_memory, check_runner, runner_name
 from dpstream.pipelines.run.publication import Publication
 
 _COMMIT_ATTEMPTS = 5
@@ -151,7 +151,7 @@ def run(
                         lease_seconds=lease_seconds)
     grid = job_budget.scope_grid() if streaming else None
     timings["plan_s"] = time.perf_counter() - started
-    if streaming and (grid is not None or _pays_per_window(job_budget, output_dir, log)):  # pays as it releases
+    if streaming and (grid is not None or _pays_per_window(job_budget, output_dir, runner_name(options), log)):
         if overwrite:
             raise RunError(f"{job.source}: --overwrite does not apply to a stream that pays as it releases, which "
                            f"resumes into its own output; write to another output; nothing was debited")
@@ -213,9 +213,10 @@ def run(
     return RunOutcome(output_dir, written, final_files, pending)
 
 
-def _pays_per_window(job_budget: Budget, output_dir: str, log) -> bool:
-    """Whether a stream on a plain scope pays window by window (`Budget.window_payment`); logs why not."""
-    reason = job_budget.window_payment(output_dir)
+def _pays_per_window(job_budget: Budget, output_dir: str, runner: str, log) -> bool:
+    """Whether a stream on a plain scope pays window by window, as it releases (`Budget.window_payment`); logs
+    why not."""
+    reason = job_budget.window_payment(output_dir, runner)
     if reason is not None:
         log(f"note: this stream pays scope {job_budget.scope!r} once, when it ends, for its whole plan: {reason}")
     return reason is None

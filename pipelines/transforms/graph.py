@@ -61,7 +61,7 @@ def release_graph(
     shards: int = 1,
     monitor_states: Mapping[str, Mapping[str, Any] | None] | None = None,
     monitor_snapshots: Mapping[str, str] | None = None,
-    paid_from: int | None = None,
+    paid_from: Mapping[str, int] | None = None,
 ) -> tuple[dict[str, beam.PCollection], dict[str, beam.PCollection]]:
     """(release name -> rows, svt release name -> its sealed state after the run), for every release of the job.
 
@@ -70,8 +70,9 @@ def release_graph(
     (release, window) noise stream and every sampling key is derived from it, so batch and streaming runs give
     the same rows. `monitor_states`: svt release name -> the monitor's sealed state from the ledger (absent or
     None: a new monitor). `monitor_snapshots`: svt release name -> where a streaming monitor seals its state
-    after each window (`svt.snapshot_path`). `paid_from`: a stream that pays as it releases, whose monitors
-    answer from this window and send each alert row with their sealed state (`svt.SparseVectorAlerts`).
+    after each window (`svt.snapshot_path`). `paid_from`: on a stream that pays as it releases, svt release name ->
+    the window its monitor answers next (absent: 0); the monitors then send each alert row with their sealed
+    state (`svt.SparseVectorAlerts`).
     """
     if plan.bounds != bounds or plan.window != window:
         raise ValueError(f"the plan was made for bounds={plan.bounds} and window={plan.window}, got bounds={bounds} and window={window}")
@@ -82,7 +83,8 @@ def release_graph(
         if planned.spec != spec:
             raise ValueError(f"release {spec.name!r} differs from the planned one: planned {planned.spec}, got {spec}")
         transform = release_transform(planned, bounds, window, seed, shards, monitor_states.get(spec.name),
-                                      plan.window_cap, (monitor_snapshots or {}).get(spec.name), paid_from)
+                                      plan.window_cap, (monitor_snapshots or {}).get(spec.name),
+                                      None if paid_from is None else paid_from.get(spec.name, 0))
         released = batches | f"Release {spec.name}" >> transform
         if isinstance(planned, SvtPlan):
             outputs[spec.name], states[spec.name] = released["alerts"], released[STATE]

@@ -271,3 +271,41 @@ def test_a_refused_monitor_opening_records_nothing(ledger_url):
         with pytest.raises(LedgerError, match="does not support svt monitors"):
             ledger.open_stream(gdp, Gaussian(8.0, 1.0), "job", output="/out/g", job="j1",
                                monitors={"busy": _monitor()}, opening=ApproxDP(0.5, 1e-7))
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+def test_a_retired_scope_stops_a_live_streams_monitor_and_refuses_its_resume(ledger_url):
+    """Review finding: retiring a scope while a stream ran let its monitor seal and publish on. Now the seal is
+    refused (the alert is not published), and so is resuming the stream; an opening smaller than the monitors'
+    budgets is refused too (it would under-charge the scope)."""
+    from dpstream.accounting.events import ApproxDP, PureDP
+    from dpstream.accounting.ledger import MonitorRecord
+
+    with Ledger(ledger_url, create=True) as ledger:
+        scope = _scope_name()
+        ledger.init_scope(scope, 4.0, 1e-6)
+        with pytest.raises(LedgerError, match="does not cover the new svt monitors' budgets"):
+            ledger.open_stream(scope, EVENT, "job", output="/out/r", job="j1", monitors={"busy": _monitor()},
+                               opening=PureDP(1e-6))
+        assert ledger.history(scope) == [] and ledger.streams_of(scope) == []
+        ticket = ledger.open_stream(scope, EVENT, "job", output="/out/r", job="j1", monitors={"busy": _monitor()},
+                                    opening=ApproxDP(0.5, 1e-7), lease_seconds=60)
+        first = MonitorRecord({"window": 1, "filter": None}, 1.0)
+        assert ledger.seal_stream_monitor(ticket.stream_id, 1, "busy", first, False)
+        ledger.retire_scope(scope, "audit")
+        with pytest.raises(LedgerError, match="retired.*not published"):
+            ledger.seal_stream_monitor(ticket.stream_id, 1, "busy", MonitorRecord({"window": 2, "filter": None}, 2.0),
+                                       False)
+        assert ledger.monitor_record(scope, "busy") == first
+        ledger.end_stream(ticket.stream_id, 1, finished=False)
+        with pytest.raises(LedgerError, match="retired"):
+            ledger.open_stream(scope, EVENT, "job", output="/out/r", job="j1", monitors={"busy": _monitor(first)})
+        with pytest.raises(LedgerError, match="was never opened"):
+            ledger.open_stream(_scope_other(ledger), EVENT, "job", output="/out/x", job="j2",
+                               monitors={"busy": _monitor(first)})
+
+
+def _scope_other(ledger) -> str:
+    scope = _scope_name()
+    ledger.init_scope(scope, 4.0, 1e-6)
+    return scope

@@ -123,11 +123,12 @@ def test_a_live_svt_monitor_s_graph_translates_for_dataflow_with_only_its_openin
     job = jobfile.load(str(tmp_path / "job.toml"))
     options = runner.beam_options(job, DATAFLOW)
     job_budget = runner.budget(job, url)
-    assert job_budget.window_payment(job.output.path) is None
+    assert job_budget.window_payment(job.output.path, "DataflowRunner") is None
+    assert "commit a stateful step" in job_budget.window_payment(job.output.path, "FlinkRunner")
     ticket = job_budget.open_stream("graph", job.output.path)
     parts = {spec.name: f"{job.output.path}/windows/{spec.name}" for spec in job.releases}
     payer = StreamPayer(url, ticket.stream_id, ticket.session, job.window, None, None)
-    pipeline = build_pipeline(job, job_budget, options, {}, parts, None, payer, None, job_budget.monitor_start())
+    pipeline = build_pipeline(job, job_budget, options, {}, parts, None, payer, None, job_budget.monitor_starts())
     result = pipeline.run()
     assert result.job is not None and '"JOB_TYPE_STREAMING"' in result.job.json()
     names = {t.unique_name for t in pipeline.runner.proto_pipeline.components.transforms.values()}

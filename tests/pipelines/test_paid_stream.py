@@ -385,15 +385,48 @@ def test_a_stream_with_an_svt_monitor_pays_per_window_where_its_windows_and_open
         "epsilon = 1.0", "epsilon = 4.0") + SVT_RELEASE
     job_budget = runner.budget(_pubsub_job(tmp_path, text), url)
     assert (job_budget.window_payment(str(tmp_path / "out")) is None) == pays_per_window
-    assert job_budget.monitor_start() == 0
+    assert job_budget.monitor_starts() == {"busy": 0}
     # a session died after sealing the monitor past window 2 but before publishing alerts 1 and 2: those two are
     # decided as never published, the counts of windows 2.. are still released, the monitor answers from window 3
     expected, decided = {"h": ALL[:8], "busy": ALL[:8]}, {"h": {0, 1}, "busy": {0}}
-    answered = answered_before(job_budget.plan, expected, decided, 3)
-    assert answered == {"busy": {1, 2}} and answered_before(job_budget.plan, expected, decided, 1) == {"busy": set()}
+    answered = answered_before(job_budget.plan, expected, decided, {"busy": 3})
+    assert answered == {"busy": {1, 2}}
+    assert answered_before(job_budget.plan, expected, decided, {"busy": 1}) == {"busy": set()}
     parts = {name: str(tmp_path / "out" / "windows" / name) for name in expected}
-    mark_answered(parts, answered, 3)
+    mark_answered(parts, answered, {"busy": 3})
     assert streaming.parts(parts["busy"]) == {1: False, 2: False}
     assert "had answered this window" in (tmp_path / "out" / "windows" / "busy" / "window-000001.refused").read_text()
     decided["busy"] |= answered["busy"]
     assert resume_point(job_budget.plan, job_budget.window, None, decided, expected) == 2
+
+
+def test_monitors_sealed_at_different_windows_each_resume_where_their_record_continues(tmp_path):
+    """Review finding: each svt release has its own writer, so a killed stream can leave its monitors sealed after
+    different windows; the resume used to refuse for good ("continue at different windows"). Each monitor now
+    answers from its own record, and only its own answered windows are marked unpublished."""
+    from dpstream.accounting.ledger import MonitorRecord
+    from dpstream.pipelines.run import runner
+
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    with Ledger(url, create=True) as book:
+        book.init_scope("plain", 40.0, 1e-5, "approx:release_delta=1e-6")
+    text = (PLAIN_JOB.replace('name = "h"\n', 'name = "h"\nnoise = "laplace"\n').replace("epsilon = 1.0", "epsilon = 8.0")
+            + SVT_RELEASE + SVT_RELEASE.replace('name = "busy"', 'name = "quiet"'))
+    job = _pubsub_job(tmp_path, text)
+    output = str(tmp_path / "out")
+    job_budget = runner.budget(job, url)
+    assert job_budget.window_payment(output) is None
+    ticket = job_budget.open_stream("job", output)
+    with Ledger(url) as book:
+        for name, after in (("busy", 3), ("quiet", 2)):
+            state = job_budget.plan[name].monitor().to_dict()
+            assert book.seal_stream_monitor(ticket.stream_id, ticket.session, name,
+                                            MonitorRecord(state, job.window.bounds(after)[0]), False)
+        book.end_stream(ticket.stream_id, ticket.session, finished=False)
+    resumed = runner.budget(job, url)
+    starts = resumed.monitor_starts()
+    assert starts == {"busy": 3, "quiet": 2}
+    expected = {name: ALL[:8] for name in ("h", "busy", "quiet")}
+    answered = answered_before(resumed.plan, expected, {"h": set(), "busy": set(), "quiet": set()}, starts)
+    assert answered == {"busy": {0, 1, 2}, "quiet": {0, 1}}
+    assert resumed.open_stream("job", output).resumed
