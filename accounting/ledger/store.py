@@ -787,7 +787,7 @@ class Ledger:
             if expected is not None and current is None:
                 raise LedgerError(f"monitor {name!r} was never opened on scope {scope!r} (the caller read a record "
                                   f"another ledger or scope holds); nothing was debited")
-            if expected is not None and MonitorRecord.from_json(current.sealed_state) != expected:
+            if current is not None and expected is not None and MonitorRecord.from_json(current.sealed_state) != expected:
                 raise LedgerError(f"monitor {name!r} on scope {scope!r} changed since it was read; nothing was debited")
             if expected is not None and expected.checked_out is not None:
                 raise LedgerError(
