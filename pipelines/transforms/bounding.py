@@ -13,10 +13,11 @@ clipped to [min_value, max_value] (DESIGN.md section 1). Steps:
    (a uniform sample without replacement; keys from the CSPRNG, or in test mode
    a keyed hash of the record). Counting jobs (min_value = max_value) need no
    sample: every record is worth the same, so a group reduces to its size.
-   Users are identified by a keyed 64-bit hash of their id (`user_hashes`,
-   vectorised over the Arrow buffers), which also picks their shard; pieces
-   travel as plain arrays (`_Piece`: hashes, partition codes with the piece's
-   own names, narrow counts), cheap to pickle through the shuffle.
+   Pieces travel as plain arrays (`_Piece`: user ids as Arrow strings,
+   partition codes with the piece's own names, narrow counts), cheap to pickle
+   through the shuffle. Users are grouped by their exact id, never by a hash:
+   two users merged by a collision would be bounded as one unit, and removing
+   one of them could then change up to 2 max_partitions cells.
 2. Group the pieces of a window (and user shard) by key; merging bottom-m
    samples by smallest key again gives a uniform m-sample of the whole group.
 3. Per user, keep `max_partitions` of their partitions, chosen uniformly
@@ -63,6 +64,7 @@ import apache_beam as beam
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 from apache_beam.coders import PickleCoder
 from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateSpec
 from apache_beam.transforms.window import GlobalWindows, TimestampedValue
@@ -97,42 +99,6 @@ def _combine(*parts: np.ndarray | np.unsignedinteger) -> np.ndarray:
     for part in parts:
         state = _splitmix((state + _MIX) ^ np.asarray(part).astype(np.uint64, copy=False))
     return state
-
-
-def user_hash_key(seed: int | None) -> int:
-    """The key of a pipeline's user hashes (`user_hashes`): drawn from the CSPRNG when the transform is built (the
-    same key then travels to every worker), or derived from the seed in test mode."""
-    if seed is None:
-        return int(SecureRandom().words(1)[0])
-    return int.from_bytes(hashlib.sha256(f"{seed}\x00users".encode()).digest()[:8], "little")
-
-
-def user_hashes(values: pa.Array, key: int) -> np.ndarray:
-    """Keyed 64-bit hashes of an Arrow string array, vectorised over its buffers (no Python object per row).
-
-    Each string is mixed 8 bytes at a time (SplitMix64 finaliser, seeded with the key and its length), so equal
-    strings get equal hashes in any array or slice. Users travel through the shuffle and are grouped as these
-    hashes. Privacy: two users whose hashes collide (about n^2 / 2^65 for n users) are bounded together as one
-    unit, which keeps each of them within the bounds (removing one changes only that unit's records); only their
-    utility suffers. The key is secret, so nobody can choose colliding ids on purpose."""
-    count = len(values)
-    buffers = values.buffers()
-    offset_type = np.int64 if pa.types.is_large_string(values.type) else np.int32
-    offsets = np.frombuffer(buffers[1], dtype=offset_type, count=count + 1,
-                            offset=values.offset * np.dtype(offset_type).itemsize).astype(np.int64)
-    data = np.zeros(0, np.uint8) if buffers[2] is None else np.frombuffer(buffers[2], dtype=np.uint8)
-    padded = np.zeros(data.size + 8, np.uint8)
-    padded[:data.size] = data
-    words = np.ndarray(shape=(data.size + 1,), dtype="<u8", buffer=padded, strides=(1,))  # a word at every byte
-    starts, lengths = offsets[:-1], np.diff(offsets)
-    hashes = _splitmix(np.uint64(key) ^ lengths.astype(np.uint64))
-    for at in range(0, int(lengths.max(initial=0)), 8):
-        left = lengths - at
-        word = words[np.minimum(starts + at, data.size)]
-        short = np.flatnonzero(left < 8)  # the string's last word: only its own bytes
-        word[short] &= (np.uint64(1) << (np.maximum(left[short], 0).astype(np.uint64) * np.uint64(8))) - np.uint64(1)
-        hashes = np.where(left > 0, _splitmix((hashes + _MIX) ^ word), hashes)
-    return hashes
 
 
 class _Keys:
@@ -190,11 +156,11 @@ def _dictionary(column: pa.Array) -> tuple[pa.Array, np.ndarray]:
 class _Piece:
     """Pre-aggregated records of one (window, user shard) from one batch (`_PreAggregate`), or several pieces
     concatenated: plain arrays, which pickle through Beam's shuffle several times faster than a DataFrame. Per
-    row: the user's hash (uint64), the partition (an Arrow dictionary array: int32 codes into the piece's own
+    row: the user id (Arrow strings), the partition (an Arrow dictionary array: int32 codes into the piece's own
     partition names), and the group's record count `n` (counting jobs; the narrowest unsigned type that holds
     max_contributions) or the kept record's sampling `key` and `value` (int64 units of the quantum)."""
 
-    user: np.ndarray
+    user: pa.Array
     partition: pa.DictionaryArray
     n: np.ndarray | None = None
     key: np.ndarray | None = None
@@ -212,12 +178,14 @@ class _Piece:
 
     def take(self, rows: np.ndarray) -> _Piece:
         """The piece of the given rows (an int64 index array)."""
-        return _Piece(self.user[rows], self.partition.take(pa.array(rows, pa.int64())),
+        taken = pa.array(rows, pa.int64())
+        return _Piece(self.user.take(taken), self.partition.take(taken),
                       *(None if column is None else column[rows] for column in (self.n, self.key, self.value)))
 
     @staticmethod
     def empty() -> _Piece:
-        return _Piece(np.zeros(0, np.uint64), _partition_codes(np.zeros(0, np.int64), pa.array([], pa.string())))
+        return _Piece(pa.array([], pa.string()),
+                      pa.DictionaryArray.from_arrays(pa.array([], pa.int32()), pa.array([], pa.string())))
 
     @staticmethod
     def concat(pieces) -> _Piece:
@@ -230,15 +198,9 @@ class _Piece:
             columns = [getattr(piece, name) for piece in pieces]
             return None if columns[0] is None else np.concatenate(columns)
 
-        return _Piece(joined("user"), pa.concat_arrays([piece.partition for piece in pieces]),  # names unified
+        return _Piece(pa.concat_arrays([piece.user for piece in pieces]),
+                      pa.concat_arrays([piece.partition for piece in pieces]),  # names unified
                       joined("n"), joined("key"), joined("value"))
-
-
-def _partition_codes(codes: np.ndarray, names: pa.Array) -> pa.DictionaryArray:
-    """Partition `codes` into `names` as a dictionary array holding only the names used (so a piece pickles only
-    its own partitions' names)."""
-    used, compact = np.unique(codes, return_inverse=True)
-    return pa.DictionaryArray.from_arrays(pa.array(compact.astype(np.int32).ravel()), names.take(pa.array(used)))
 
 
 def _count_type(most: int) -> type:
@@ -253,100 +215,85 @@ def _python(values: pa.Array) -> np.ndarray:
 class _PreAggregate(beam.DoFn):
     """One record batch -> ((window index, shard), `_Piece`) pieces, at most max_contributions records per group.
 
-    Users are identified by their keyed hash (`user_hashes`); the user shard is the hash modulo `shards`. The hash key is drawn when the transform is built
-    (`user_hash_key`), so every worker and batch of one pipeline hashes a user alike.
+    The batch's rows are ordered by window (a radix sort on the window index), then each window's rows are
+    grouped on their own: its few distinct users and partitions encode fast, where one dictionary of a whole
+    batch's users would not fit in the cache. The user shard is a keyed hash of the user id modulo `shards`.
     """
 
     def __init__(self, bounds: ContributionBounds, window: WindowSpec, partitions, seed, shards: int):
         self._bounds = bounds
         self._window = window
-        self._partitions = None if partitions is None else np.asarray(partitions, dtype=object)
+        self._partitions = None if partitions is None else pa.array(list(partitions), pa.string())
         self._seed = seed
         self._shards = shards
         self._counting = bounds.counting
-        self._user_key = user_hash_key(seed)
 
     def setup(self):
         self._keys = _Keys(self._seed, "records")
+        self._shard_keys = _Keys(0, "shards")
 
     def process(self, batch: pa.RecordBatch):
         if batch.schema.names[:4] != EVENT_SCHEMA.names:
             raise TypeError(f"BoundContributions expects record batches with columns {EVENT_SCHEMA.names}, got {batch.schema.names}")
         if batch.num_rows == 0:
             return
-        partitions, partition_codes = _dictionary(batch.column(2))
         timestamps = batch.column(1).to_numpy()
         rows = np.arange(batch.num_rows)
         if self._partitions is not None:
-            rows = np.flatnonzero(np.isin(_python(partitions), self._partitions)[partition_codes])
+            listed = pc.is_in(batch.column(2), value_set=self._partitions)
+            rows = np.flatnonzero(listed.to_numpy(zero_copy_only=False))
         positions, windows = window_indices(timestamps[rows], self._window)
         rows = rows[positions]
         if rows.size == 0:
             return
-        hashes = user_hashes(batch.column(0), self._user_key)[rows]
+        narrow = np.int16 if self._window.count < 2**15 else np.int64  # int16: numpy's stable sort is a radix sort
+        order = np.argsort(windows.astype(narrow), kind="stable")
+        rows, windows = rows[order], windows[order]
+        users = batch.column(0).take(pa.array(rows))
+        partitions, partition_codes = _dictionary(batch.column(2))  # few partitions: one small dictionary
         partition_codes = partition_codes[rows]
-        user_codes, users = pd.factorize(hashes)
-        pieces = windows * self._shards + (hashes % np.uint64(self._shards)).astype(np.int64)
-        piece_codes, piece_ids = pd.factorize(pieces, sort=True)  # codes in (window, shard) order
-        groups = _cell_codes(piece_codes, user_codes, len(users), partition_codes, len(partitions))
+        values = None if self._counting else np.clip(batch.column(3).to_numpy()[rows], self._bounds.min_value,
+                                                     self._bounds.max_value)
+        for begin, end in zip(*_runs(windows)):
+            yield from self._pieces(int(windows[begin]), users.slice(begin, end - begin), partitions,
+                                    partition_codes[begin:end], None if values is None else values[begin:end],
+                                    timestamps[rows[begin:end]])
+
+    def _pieces(self, index: int, user_ids: pa.Array, partitions: pa.Array, partition_codes: np.ndarray,
+                values: np.ndarray | None, timestamps: np.ndarray):
+        """One window's rows (user ids, codes into the batch's `partitions`) -> its pieces, one per user shard."""
+        users, user_codes = _dictionary(user_ids)
+        shard = (np.zeros(len(users), dtype=np.int64) if self._shards == 1 else
+                 (self._shard_keys.strings(_python(users)) % np.uint64(self._shards)).astype(np.int64))
+        groups = (shard[user_codes] * len(users) + user_codes) * len(partitions) + partition_codes  # shard first
         columns: dict[str, np.ndarray]
-        if self._counting:
-            distinct, sizes = np.unique(groups.codes, return_counts=True)
+        if values is None:
+            distinct, sizes = np.unique(groups, return_counts=True)
             columns = {"n": np.minimum(sizes, self._bounds.max_contributions).astype(
                 _count_type(self._bounds.max_contributions))}
         else:
-            values = np.clip(batch.column(3).to_numpy()[rows], self._bounds.min_value, self._bounds.max_value)
-            keys = self._keys.draw(rows.size, lambda: (
-                hashes, self._keys.strings(_python(partitions))[partition_codes], timestamps[rows],
-                values.view(np.uint64), windows))
-            order, rank = _group_ranks(groups.codes, keys)
+            keys = self._keys.draw(groups.size, lambda: (
+                self._keys.strings(_python(users))[user_codes], self._keys.strings(_python(partitions))[partition_codes],
+                timestamps, values.view(np.uint64), np.int64(index)))
+            order, rank = _group_ranks(groups, keys)
             kept = order[rank < self._bounds.max_contributions]  # still sorted by group
-            distinct = groups.codes[kept]
+            distinct = groups[kept]
             columns = {"key": keys[kept], "value": to_units(values[kept], self._bounds.quantum)}
-        piece_of, user_of, partition_of = groups.decode(distinct)
-        piece_of = piece_ids[piece_of]
-        user_of = users[user_of]
-        for begin, end in zip(*_runs(piece_of)):  # sorted by group, so by piece
-            index, shard = divmod(int(piece_of[begin]), self._shards)
-            piece = _Piece(user_of[begin:end], _partition_codes(partition_of[begin:end], partitions),
+        pair, partition_of = np.divmod(distinct, len(partitions))
+        shard_of, user_of = np.divmod(pair, len(users))
+        for begin, end in zip(*_runs(shard_of)):
+            used, compact = np.unique(partition_of[begin:end], return_inverse=True)  # the piece's own names only
+            piece = _Piece(users.take(pa.array(user_of[begin:end])),
+                           pa.DictionaryArray.from_arrays(pa.array(compact.astype(np.int32).ravel()),
+                                                          partitions.take(pa.array(used))),
                            **{name: column[begin:end] for name, column in columns.items()})
-            yield TimestampedValue(((index, shard), piece), window_timestamp(self._window, index))
-
-
-@dataclass(frozen=True)
-class _CellCodes:
-    """One int64 code per row for (piece, user, partition), ordered as those triples are (piece first)."""
-
-    codes: np.ndarray
-    pairs: np.ndarray | None  # None: codes = (piece * users + user) * partitions + partition; else pair ids
-    users: int
-    partitions: int
-
-    def decode(self, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(piece code, user code, partition code) of each code."""
-        pair, partition_of = np.divmod(codes, self.partitions)
-        if self.pairs is not None:
-            pair = self.pairs[pair]
-        piece_of, user_of = np.divmod(pair, self.users)
-        return piece_of, user_of, partition_of
-
-
-def _cell_codes(pieces: np.ndarray, users: np.ndarray, user_count: int, partitions: np.ndarray,
-                partition_count: int) -> _CellCodes:
-    """`_CellCodes` of per-row codes; where (pieces x users x partitions) would not fit in int64, the (piece, user)
-    pairs are numbered first (sorted), so every product stays below rows^2."""
-    pair = pieces.astype(np.int64) * user_count + users
-    if (int(pieces.max(initial=0)) + 1) * user_count * partition_count < 2**63:
-        return _CellCodes(pair * partition_count + partitions, None, user_count, partition_count)
-    pair_codes, pair_ids = pd.factorize(pair, sort=True)
-    return _CellCodes(pair_codes.astype(np.int64) * partition_count + partitions, pair_ids, user_count,
-                      partition_count)
+            yield TimestampedValue(((index, int(shard_of[begin])), piece), window_timestamp(self._window, index))
 
 
 @dataclass(frozen=True)
 class _Kept:
-    """The cells (steps 2 and 3) or, with a value grid, the records kept in one window: the distinct users (their
-    uint64 hashes) and partitions (Arrow strings) of the window's pieces, each kept item's user and partition code
+    """The cells (steps 2 and 3) or, with a value grid, the records kept in one window: the distinct users and
+    partitions (Arrow strings) of the window's pieces, each kept item's user and partition code
     into them, and its bounded sum in value units (or value bucket)."""
 
     users: Any
@@ -356,8 +303,7 @@ class _Kept:
     values: np.ndarray
 
     def user_labels(self) -> np.ndarray:
-        """Each kept item's user hash (uint64)."""
-        return self.users[self.user_of]
+        return np.asarray(self.users.take(self.user_of), dtype=object)
 
     def partition_labels(self) -> np.ndarray:
         return np.asarray(self.partitions.take(self.partition_of), dtype=object)
@@ -372,7 +318,7 @@ def _kept(piece: _Piece, index: int, bounds: ContributionBounds, keys: _Keys, pa
     """All pieces of one window (one user shard's or more) -> what steps 2 and 3 keep: per kept (user, partition)
     its bounded sum in value units; with `grid` (records with values only), the kept cells' records instead, each
     with its value bucket."""
-    user_codes, users = pd.factorize(piece.user)
+    users, user_codes = _dictionary(piece.user)
     partition_codes, partitions = piece.partition.indices.to_numpy().astype(np.int64), piece.partition.dictionary
     groups = user_codes.astype(np.int64) * len(partitions) + partition_codes
     if bounds.counting:
@@ -413,7 +359,7 @@ def _chosen_partitions(user_of: np.ndarray, partition_of: np.ndarray, users, par
         return np.arange(user_of.size)
     rows = np.flatnonzero(crowded)
     draws = partition_keys.draw(rows.size, lambda: (
-        np.asarray(users)[user_of[rows]],
+        partition_keys.strings(np.asarray(users, dtype=object))[user_of[rows]],
         partition_keys.strings(np.asarray(partitions, dtype=object))[partition_of[rows]], np.int64(index)))
     order, rank = _group_ranks(user_of[rows], draws)
     crowded[rows[order[rank < most]]] = False  # now: the rows not kept
@@ -549,8 +495,9 @@ class _BoundCapped(beam.DoFn):
             return
         windows = np.concatenate([np.full(users.size, index, dtype=np.int64) for index, users, _, _ in cells])
         users, labels, sums = (np.concatenate([cell[i] for cell in cells]) for i in (1, 2, 3))
-        user_codes, _ = pd.factorize(users)
-        keys = self._cell_keys.draw(users.size, lambda: (users, self._cell_keys.strings(labels), windows))
+        user_codes, names = pd.factorize(users)
+        keys = self._cell_keys.draw(users.size, lambda: (
+            self._cell_keys.strings(np.asarray(names))[user_codes], self._cell_keys.strings(labels), windows))
         heaviest = heaviest_first(sums, keys)
         keep = capped_windows(user_codes.astype(np.int64), windows, self._cap.max_cells, self._cap.unit_of_window,
                               heaviest)
@@ -564,12 +511,13 @@ class _BoundCapped(beam.DoFn):
             yield TimestampedValue((index, _totals(labels[rows], sums[rows], self._units)),
                                    window_timestamp(self._window, index))
 
-    def _kept_windows(self, user_hashes: np.ndarray, windows: np.ndarray) -> np.ndarray:
+    def _kept_windows(self, user_ids: pa.Array, windows: np.ndarray) -> np.ndarray:
         """Rows (of users and their windows) in the windows each unit keeps (max_windows), as a boolean mask."""
-        user_codes, users = pd.factorize(user_hashes)
+        users, user_codes = _dictionary(user_ids)
         pairs, row_pair = np.unique(user_codes.astype(np.int64) * self._window.count + windows, return_inverse=True)
         pair_users, pair_windows = np.divmod(pairs, self._window.count)
-        keys = self._window_keys.draw(pairs.size, lambda: (users[pair_users], pair_windows))
+        keys = self._window_keys.draw(pairs.size, lambda: (
+            self._window_keys.strings(_python(users))[pair_users], pair_windows))
         keep = capped_windows(pair_users, pair_windows, self._cap.max_windows, self._cap.unit_of_window, keys)
         return keep[row_pair.ravel()]
 
@@ -589,7 +537,7 @@ class _BoundWindowCells(_BoundWindow):
             cells = _kept_cells(_Piece.concat(pieces), index, self._bounds, self._keys,
                                 self._partition_keys)
         else:
-            cells = (np.array([], dtype=np.uint64), np.array([], dtype=object), np.array([], dtype=np.int64))
+            cells = (np.array([], dtype=object), np.array([], dtype=object), np.array([], dtype=np.int64))
         yield TimestampedValue((shard, (index, *cells)), window_timestamp(self._window, index))
 
 
@@ -647,7 +595,9 @@ class _CapInWindowOrder(beam.DoFn):
         keep = np.zeros(users.size, dtype=bool)
         if users.size:
             codes, names = pd.factorize(users)
-            keys = self._cell_keys.draw(users.size, lambda: (users, self._cell_keys.strings(labels), np.int64(index)))
+            keys = self._cell_keys.draw(users.size, lambda: (
+                self._cell_keys.strings(np.asarray(names))[codes], self._cell_keys.strings(labels),
+                np.int64(index)))
             heaviest = heaviest_first(sums, keys)
             order, rank = _group_ranks(codes.astype(np.int64), heaviest)
             before = [counts.get(name, (0, 0, 0)) for name in names]

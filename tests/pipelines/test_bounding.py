@@ -171,100 +171,24 @@ def test_sum_combine_fn_is_independent_of_sharding():
     pd.testing.assert_series_equal(merged, direct)
 
 
-MASK64 = (1 << 64) - 1
-
-
-def _splitmix_reference(x: int) -> int:
-    x ^= x >> 30
-    x = (x * 0xBF58476D1CE4E5B9) & MASK64
-    x ^= x >> 27
-    x = (x * 0x94D049BB133111EB) & MASK64
-    return x ^ (x >> 31)
-
-
-def _user_hash_reference(text: str, key: int) -> int:
-    """`user_hashes` in Python integers, one string at a time: the key mixed with the UTF-8 length, then each
-    8-byte little-endian word (the last zero-padded)."""
-    data = text.encode("utf-8")
-    value = _splitmix_reference((key ^ len(data)) & MASK64)
-    for at in range(0, len(data), 8):
-        word = int.from_bytes(data[at:at + 8].ljust(8, b"\0"), "little")
-        value = _splitmix_reference((((value + 0x9E3779B97F4A7C15) & MASK64) ^ word))
-    return value
-
-
-@pytest.mark.parametrize("large", [False, True])
-def test_user_hashes_equal_the_reference_on_any_string_array_or_slice(large):
-    """Exact oracle: Python integers, per string; empty strings, NULs, multi-byte UTF-8, lengths around the 8-byte
-    words; the same hash in a slice as in the whole array (the hash of a user must not depend on its batch)."""
-    from dpstream.pipelines.transforms.bounding import user_hashes
-
-    rng = np.random.default_rng(5)
-    alphabet = list("ab\0é€😀z")
-    texts = ["", "a", "a\0", "\0", "abcdefgh", "abcdefghi", "abcdefgh\0"] + [
-        "".join(rng.choice(alphabet, size=int(n))) for n in rng.integers(0, 40, 300)]
-    key = 0x0123456789ABCDEF
-    array = pa.array(texts, pa.large_string() if large else pa.string())
-    expected = [_user_hash_reference(t, key) for t in texts]
-    assert user_hashes(array, key).tolist() == expected
-    assert user_hashes(array.slice(50, 100), key).tolist() == expected[50:150]
-    assert user_hashes(array, key + 1).tolist() != expected  # keyed
-    assert len(set(expected)) == len(set(texts))
-
-
-def test_a_million_distinct_users_get_distinct_hashes():
-    """Collisions are possible (about n^2 / 2^65: 3e-8 here) and harmless to privacy, but must be that rare."""
-    from dpstream.pipelines.transforms.bounding import user_hash_key, user_hashes
-
-    names = pa.array([f"user-{i}" for i in range(1_000_000)])
-    assert np.unique(user_hashes(names, user_hash_key(None))).size == 1_000_000
-
-
-def _with_hash(monkeypatch, rule):
-    """Replace bounding's user hash by `rule(names) -> uint64 array` (names as Python strings)."""
-    from dpstream.pipelines.transforms import bounding
-
-    monkeypatch.setattr(bounding, "user_hashes",
-                        lambda values, key: np.asarray(rule(values.to_pylist()), dtype=np.uint64))
-
-
-@pytest.mark.parametrize("broken", [False, True])
-def test_users_whose_hashes_collide_are_bounded_as_one_unit(monkeypatch, broken):
-    """Two users sharing a hash are one unit to bounding, so adding either of them still moves each window within
-    the sensitivities (each user lies inside one unit). Negative control: an identity that splits a user (each of
-    its records its own id) lets it move far more partitions than max_partitions."""
+@pytest.mark.parametrize("merged", [False, True])
+def test_users_are_grouped_by_exact_id_because_a_merged_pair_breaks_l0(merged):
+    """Why bounding never groups users by a hash of their id: two users merged into one unit (as a hash collision
+    would merge them) are bounded together, and removing one of them then changes the unit's kept cells from
+    those chosen over both to those chosen over the other: more than max_partitions cells. With exact ids
+    (merged=False) adding the user changes at most max_partitions cells by at most Linf; the merged variant is
+    the negative control and must break that."""
     bounds = ContributionBounds(max_partitions=2, max_contributions=1)
     window = WindowSpec(size=DAY, start=START, end=START + 2 * DAY)
     others = random_events(2000, 2, 100, PARTITIONS, seed=3)
     heavy = _heavy_user(n=400, days=2)
-    mate = events(["mate"] * 40, START + np.arange(40) * 3600.0, list(PARTITIONS[:40]))
-    counter = iter(range(1, 10**9))
-
-    def rule(names):  # "heavy" and "mate" collide; the broken rule splits "heavy" record by record
-        return [next(counter) if broken and n == "heavy" else 7 if n in ("heavy", "mate") else
-                _user_hash_reference(n, 1) for n in names]
-
-    _with_hash(monkeypatch, rule)
+    mate = events(["heavy" if merged else "mate"] * 4, START + np.array([0, 1, 2, 3]) * DAY / 2, list(PARTITIONS[:2]) * 2)
     without = bounded_sums([others, mate], bounds, window, seed=2)
     with_user = bounded_sums([others, mate, heavy], bounds, window, seed=2)
     moved = [np.count_nonzero(_difference(with_user, without, index)) for index in range(window.count)]
-    if broken:
-        assert max(moved) > bounds.max_partitions, "the negative control should break the L0 bound"
+    if merged:
+        assert max(moved) > bounds.max_partitions, "the merged pair should break the L0 bound"
         return
     for index in range(window.count):
         diff = _difference(with_user, without, index)
         assert np.count_nonzero(diff) <= bounds.max_partitions and np.max(np.abs(diff), initial=0) <= 1
-
-
-def test_cell_codes_keep_piece_order_and_decode_when_the_product_overflows():
-    from dpstream.pipelines.transforms.bounding import _cell_codes
-
-    rng = np.random.default_rng(0)
-    pieces, users, partitions = (rng.integers(0, n, 5000) for n in (3, 4000, 4000))
-    for user_count, partition_count in ((4000, 4000), (2**40, 2**40)):  # the second cannot be one int64 product
-        cells = _cell_codes(pieces, users, user_count, partitions, partition_count)
-        decoded = cells.decode(cells.codes)
-        assert all((a == b).all() for a, b in zip(decoded, (pieces, users, partitions)))
-        order = np.argsort(cells.codes, kind="stable")
-        assert (np.diff(pieces[order]) >= 0).all(), "codes sort by piece first"
-    assert cells.pairs is not None
