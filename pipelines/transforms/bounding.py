@@ -184,8 +184,7 @@ class _Piece:
 
     @staticmethod
     def empty() -> _Piece:
-        return _Piece(pa.array([], pa.string()),
-                      pa.DictionaryArray.from_arrays(pa.array([], pa.int32()), pa.array([], pa.string())))
+        return _Piece(pa.array([], pa.string()), _own_partitions(np.zeros(0, dtype=np.int64), pa.array([], pa.string())))
 
     @staticmethod
     def concat(pieces) -> _Piece:
@@ -198,9 +197,23 @@ class _Piece:
             columns = [getattr(piece, name) for piece in pieces]
             return None if columns[0] is None else np.concatenate(columns)
 
+        wide = pa.dictionary(pa.int32(), pa.string())
         return _Piece(pa.concat_arrays([piece.user for piece in pieces]),
-                      pa.concat_arrays([piece.partition for piece in pieces]),  # names unified
+                      pa.concat_arrays([piece.partition.cast(wide) for piece in pieces]),  # names unified
                       joined("n"), joined("key"), joined("value"))
+
+
+def _own_partitions(codes: np.ndarray, partitions: pa.Array) -> pa.DictionaryArray:
+    """Partition `codes` into `partitions` as a dictionary array that holds only the names used (a piece pickles
+    its own names, not the batch's), with the narrowest index type."""
+    if len(partitions) <= 4 * codes.size:  # a presence mask: no sort
+        present = np.zeros(len(partitions), dtype=bool)
+        present[codes] = True
+        used, compact = np.flatnonzero(present), (np.cumsum(present) - 1)[codes]
+    else:
+        used, compact = np.unique(codes, return_inverse=True)
+    index_type = np.int8 if used.size <= 127 else np.int16 if used.size <= 32767 else np.int32
+    return pa.DictionaryArray.from_arrays(pa.array(compact.astype(index_type).ravel()), partitions.take(pa.array(used)))
 
 
 def _count_type(most: int) -> type:
@@ -263,9 +276,10 @@ class _PreAggregate(beam.DoFn):
                 values: np.ndarray | None, timestamps: np.ndarray):
         """One window's rows (user ids, codes into the batch's `partitions`) -> its pieces, one per user shard."""
         users, user_codes = _dictionary(user_ids)
-        shard = (np.zeros(len(users), dtype=np.int64) if self._shards == 1 else
-                 (self._shard_keys.strings(_python(users)) % np.uint64(self._shards)).astype(np.int64))
-        groups = (shard[user_codes] * len(users) + user_codes) * len(partitions) + partition_codes  # shard first
+        groups = user_codes * len(partitions) + partition_codes
+        if self._shards > 1:  # the shard first, so the groups of one shard are contiguous once sorted
+            shard = (self._shard_keys.strings(_python(users)) % np.uint64(self._shards)).astype(np.int64)
+            groups += shard[user_codes] * (len(users) * len(partitions))
         columns: dict[str, np.ndarray]
         if values is None:
             distinct, sizes = np.unique(groups, return_counts=True)
@@ -282,10 +296,7 @@ class _PreAggregate(beam.DoFn):
         pair, partition_of = np.divmod(distinct, len(partitions))
         shard_of, user_of = np.divmod(pair, len(users))
         for begin, end in zip(*_runs(shard_of)):
-            used, compact = np.unique(partition_of[begin:end], return_inverse=True)  # the piece's own names only
-            piece = _Piece(users.take(pa.array(user_of[begin:end])),
-                           pa.DictionaryArray.from_arrays(pa.array(compact.astype(np.int32).ravel()),
-                                                          partitions.take(pa.array(used))),
+            piece = _Piece(users.take(pa.array(user_of[begin:end])), _own_partitions(partition_of[begin:end], partitions),
                            **{name: column[begin:end] for name, column in columns.items()})
             yield TimestampedValue(((index, int(shard_of[begin])), piece), window_timestamp(self._window, index))
 
