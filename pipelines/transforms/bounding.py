@@ -170,6 +170,12 @@ class _Piece:
     def rows(self) -> int:
         return len(self.user)
 
+    def __reduce__(self):
+        """Pickled as numpy arrays, the user ids as their bytes and lengths (one byte each where every id is shorter
+        than 256 bytes, instead of Arrow's four-byte offsets): most of what a stream shuffles is user ids."""
+        return _restore_piece, (_packed(self.user), self.partition.indices.to_numpy(zero_copy_only=False),
+                                self.partition.dictionary, self.n, self.key, self.value)
+
     def records(self) -> tuple[np.ndarray, np.ndarray]:
         """(sampling keys, value units) of a piece of records with values (not a counting job's)."""
         if self.key is None or self.value is None:
@@ -201,6 +207,27 @@ class _Piece:
         return _Piece(pa.concat_arrays([piece.user for piece in pieces]),
                       pa.concat_arrays([piece.partition.cast(wide) for piece in pieces]),  # names unified
                       joined("n"), joined("key"), joined("value"))
+
+
+def _packed(values: pa.Array):
+    """Arrow strings without nulls as (their bytes, their lengths in the narrowest unsigned type); any other array
+    as itself."""
+    buffers = values.buffers()
+    if values.null_count or values.type != pa.string() or buffers[2] is None:
+        return values
+    offsets = np.frombuffer(buffers[1], dtype=np.int32, count=len(values) + 1, offset=values.offset * 4)
+    lengths = np.diff(offsets)
+    narrow = np.uint8 if lengths.max(initial=0) < 256 else np.int32
+    return np.frombuffer(buffers[2], dtype=np.uint8)[offsets[0]:offsets[-1]], lengths.astype(narrow)
+
+
+def _restore_piece(user, codes: np.ndarray, partitions: pa.Array, n, key, value) -> _Piece:
+    if not isinstance(user, pa.Array):
+        data, lengths = user
+        offsets = np.zeros(lengths.size + 1, dtype=np.int32)
+        np.cumsum(lengths, out=offsets[1:])
+        user = pa.StringArray.from_buffers(lengths.size, pa.py_buffer(offsets), pa.py_buffer(data))
+    return _Piece(user, pa.DictionaryArray.from_arrays(pa.array(codes), partitions), n, key, value)
 
 
 def _own_partitions(codes: np.ndarray, partitions: pa.Array) -> pa.DictionaryArray:
