@@ -534,11 +534,15 @@ def scale_benchmark(sizes, directory: str, pipelinedp_largest: int, repeats: int
                              "all_seconds": [round(r["seconds"], 3) for r in results],
                              "peak_rss_mib": max(r["peak_rss_mib"] for r in results)})
     seconds = {(r["tool"], r["events"], r["mode"]): r["seconds"] for r in runs}
+    paired = {(r["events"], r["mode"]): r["all_seconds"] for r in runs if r["tool"] == "plain_batched"}
+    pair_ratios = {f"dpstream/plain_batched {r['events']:.0e} {r['mode']}":  # each dpstream run over the plain run after it
+                   [round(a / b, 3) for a, b in zip(r["all_seconds"], paired[(r["events"], r["mode"])])]
+                   for r in runs if r["tool"] == "dpstream"}
     ratios = {f"{tool}/plain_batched {size:.0e} {mode}": seconds[(tool, size, mode)] / seconds[("plain_batched", size, mode)]
               for tool, size, mode in seconds if tool != "plain_batched"}
     growth = {f"{tool} {mode}": (seconds[(tool, sizes[-1], mode)] / sizes[-1]) / (seconds[(tool, sizes[0], mode)] / sizes[0])
               for tool, size, mode in seconds if size == sizes[0] and (tool, sizes[-1], mode) in seconds}
-    return {"runs": runs, "time_ratio": ratios, "per_event_growth_smallest_to_largest": growth}
+    return {"runs": runs, "time_ratio": ratios, "pair_ratios": pair_ratios, "per_event_growth_smallest_to_largest": growth}
 
 
 PARTS = {  # name -> (JSON key, runner)
