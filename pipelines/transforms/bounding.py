@@ -255,9 +255,10 @@ def _python(values: pa.Array) -> np.ndarray:
 class _PreAggregate(beam.DoFn):
     """One record batch -> ((window index, shard), `_Piece`) pieces, at most max_contributions records per group.
 
-    The batch's rows are ordered by window (a radix sort on the window index), then each window's rows are
-    grouped on their own: its few distinct users and partitions encode fast, where one dictionary of a whole
-    batch's users would not fit in the cache. The user shard is a keyed hash of the user id modulo `shards`.
+    The batch's users and partitions are encoded once (an Arrow dictionary; public partitions by their place in
+    the list), its rows ordered by window (a radix sort on the window index), and each window's (user, partition)
+    groups found from the codes. The user shard is a keyed hash of the user id modulo `shards`, computed once per
+    distinct user of the batch.
     """
 
     def __init__(self, bounds: ContributionBounds, window: WindowSpec, partitions, seed, shards: int):
@@ -278,10 +279,8 @@ class _PreAggregate(beam.DoFn):
         if batch.num_rows == 0:
             return
         timestamps = batch.column(1).to_numpy()
-        rows = np.arange(batch.num_rows)
-        if self._partitions is not None:
-            listed = pc.is_in(batch.column(2), value_set=self._partitions)
-            rows = np.flatnonzero(listed.to_numpy(zero_copy_only=False))
+        partitions, partition_codes = self._partition_codes(batch.column(2))
+        rows = np.arange(batch.num_rows) if self._partitions is None else np.flatnonzero(partition_codes >= 0)
         positions, windows = window_indices(timestamps[rows], self._window)
         rows = rows[positions]
         if rows.size == 0:
@@ -289,23 +288,32 @@ class _PreAggregate(beam.DoFn):
         narrow = np.int16 if self._window.count < 2**15 else np.int64  # int16: numpy's stable sort is a radix sort
         order = np.argsort(windows.astype(narrow), kind="stable")
         rows, windows = rows[order], windows[order]
-        users = batch.column(0).take(pa.array(rows))
-        partitions, partition_codes = _dictionary(batch.column(2))  # few partitions: one small dictionary
-        partition_codes = partition_codes[rows]
-        values = None if self._counting else np.clip(batch.column(3).to_numpy()[rows], self._bounds.min_value,
-                                                     self._bounds.max_value)
-        for begin, end in zip(*_runs(windows)):
-            yield from self._pieces(int(windows[begin]), users.slice(begin, end - begin), partitions,
-                                    partition_codes[begin:end], None if values is None else values[begin:end],
-                                    timestamps[rows[begin:end]])
-
-    def _pieces(self, index: int, user_ids: pa.Array, partitions: pa.Array, partition_codes: np.ndarray,
-                values: np.ndarray | None, timestamps: np.ndarray):
-        """One window's rows (user ids, codes into the batch's `partitions`) -> its pieces, one per user shard."""
-        users, user_codes = _dictionary(user_ids)
-        groups = user_codes * len(partitions) + partition_codes
-        if self._shards > 1:  # the shard first, so the groups of one shard are contiguous once sorted
+        users, user_codes = _dictionary(batch.column(0))
+        shard = None
+        if self._shards > 1:
             shard = (self._shard_keys.strings(_python(users)) % np.uint64(self._shards)).astype(np.int64)
+        columns = [user_codes[rows], partition_codes[rows]]
+        if not self._counting:
+            columns += [np.clip(batch.column(3).to_numpy()[rows], self._bounds.min_value, self._bounds.max_value),
+                        timestamps[rows]]
+        for begin, end in zip(*_runs(windows)):
+            yield from self._pieces(int(windows[begin]), users, partitions, shard,
+                                    *(column[begin:end] for column in columns))
+
+    def _partition_codes(self, column: pa.Array) -> tuple[pa.Array, np.ndarray]:
+        """(partition names, a code per row into them): the public partitions, -1 for a row in none of them; or,
+        without a public list, the batch's own (few) partitions."""
+        if self._partitions is None:
+            return _dictionary(column)
+        return self._partitions, pc.index_in(column, value_set=self._partitions).fill_null(-1).to_numpy()
+
+    def _pieces(self, index: int, users: pa.Array, partitions: pa.Array, shard: np.ndarray | None,
+                user_codes: np.ndarray, partition_codes: np.ndarray, values: np.ndarray | None = None,
+                timestamps: np.ndarray | None = None):
+        """One window's rows (codes into the batch's `users` and into `partitions`; values and timestamps unless
+        counting) -> its pieces, one per user shard (`shard`: each user's, None for one shard)."""
+        groups = user_codes * len(partitions) + partition_codes
+        if shard is not None:  # the shard first, so the groups of one shard are contiguous once sorted
             groups += shard[user_codes] * (len(users) * len(partitions))
         columns: dict[str, np.ndarray]
         if values is None:
@@ -314,18 +322,20 @@ class _PreAggregate(beam.DoFn):
                 _count_type(self._bounds.max_contributions))}
         else:
             keys = self._keys.draw(groups.size, lambda: (
-                self._keys.strings(_python(users))[user_codes], self._keys.strings(_python(partitions))[partition_codes],
+                self._keys.strings(_python(users.take(pa.array(user_codes)))),
+                self._keys.strings(_python(partitions.take(pa.array(partition_codes)))),
                 timestamps, values.view(np.uint64), np.int64(index)))
             order, rank = _group_ranks(groups, keys)
             kept = order[rank < self._bounds.max_contributions]  # still sorted by group
             distinct = groups[kept]
             columns = {"key": keys[kept], "value": to_units(values[kept], self._bounds.quantum)}
         pair, partition_of = np.divmod(distinct, len(partitions))
-        shard_of, user_of = np.divmod(pair, len(users))
-        for begin, end in zip(*_runs(shard_of)):
+        shard_of, user_of = (None, pair) if shard is None else np.divmod(pair, len(users))
+        for begin, end in [(0, distinct.size)] if shard_of is None else zip(*_runs(shard_of)):
             piece = _Piece(users.take(pa.array(user_of[begin:end])), _own_partitions(partition_of[begin:end], partitions),
                            **{name: column[begin:end] for name, column in columns.items()})
-            yield TimestampedValue(((index, int(shard_of[begin])), piece), window_timestamp(self._window, index))
+            shard = 0 if shard_of is None else int(shard_of[begin])
+            yield TimestampedValue(((index, shard), piece), window_timestamp(self._window, index))
 
 
 @dataclass(frozen=True)
@@ -421,10 +431,12 @@ def _totals(labels, sums: np.ndarray, units: bool):
 def _code_totals(codes: np.ndarray, names, sums: np.ndarray, units: bool):
     """`_totals` of cells given as codes into the partition names `names`."""
     present, totals, counts = sums_by_code(codes, sums, names)
-    index = pd.Index(np.asarray(names.take(present), dtype=object))  # the few partition names, as group_sums has them
+    labels = np.asarray(names.take(present), dtype=object)
+    order = np.argsort(labels, kind="stable")  # sorted as pandas sorts an index of names, without its overhead
+    index = pd.Index(labels[order])  # the few partition names, as group_sums has them
     if units:
-        return pd.DataFrame({"sum": totals, "units": counts}, index=index).sort_index()
-    return pd.Series(totals, index=index).sort_index()
+        return pd.DataFrame({"sum": totals[order], "units": counts[order]}, index=index)
+    return pd.Series(totals[order], index=index, copy=False)
 
 
 def bucket_counts(labels: np.ndarray, buckets: np.ndarray) -> pd.Series:

@@ -60,6 +60,9 @@ def window_indices(timestamps: np.ndarray, window: WindowSpec) -> tuple[np.ndarr
     start, step, size = _micros(window.start), _micros(window.step), _micros(window.size)
     offset = timestamps.astype(np.int64) - start
     last = np.floor_divide(offset, step)
+    if step == size:  # fixed windows: at most one each, no repeat
+        rows = np.flatnonzero((offset >= 0) & (last < window.count))
+        return rows, last[rows]
     first = np.floor_divide(offset - size, step) + 1
     first = np.maximum(first, 0)
     last = np.minimum(last, window.count - 1)

@@ -148,8 +148,10 @@ def test_public_partition_list_filters_before_bounding():
     assert list(sums[0].index) == ["listed"]
 
 
-def test_sliding_window_indices_cover_exactly_the_windows_holding_each_record():
-    window = WindowSpec(size=3 * 3600, start=START, end=START + DAY, period=3600)
+@pytest.mark.parametrize("period", [3600, None, 3 * 3600])
+def test_window_indices_cover_exactly_the_windows_holding_each_record(period):
+    """Sliding windows (one record in up to three) and fixed ones (at most one; the same given as a period)."""
+    window = WindowSpec(size=3 * 3600, start=START, end=START + DAY, period=period)
     rng = np.random.default_rng(3)
     seconds = START - 5 * 3600 + rng.uniform(0, DAY + 10 * 3600, 2000)
     rows, indices = window_indices((seconds * MICROS).astype(np.int64), window)
