@@ -181,6 +181,25 @@ def sums_by_code(codes: np.ndarray, units: np.ndarray, names=None) -> tuple[np.n
     return ordered[starts], np.add.reduceat(units[order].astype(np.int64), starts), np.diff(np.r_[starts, ordered.size])
 
 
+def label_sums(labels, units: np.ndarray, counts: bool = False) -> pd.Series | pd.DataFrame:
+    """Items (a label each, numpy or pandas; int64 value units) -> the exact int64 sum per label, sorted by label:
+    `group_sums` without pandas grouping; with `counts`, a DataFrame of the sums ("sum") and how many items each
+    label had ("units")."""
+    codes, names = pd.factorize(labels)
+    return code_sums(codes, names, units, counts)
+
+
+def code_sums(codes: np.ndarray, names, units: np.ndarray, counts: bool = False) -> pd.Series | pd.DataFrame:
+    """`label_sums` of items given as codes into the labels `names` (numpy, pandas or Arrow)."""
+    present, totals, items = sums_by_code(codes, units, names)
+    labels = np.asarray(names.take(present), dtype=object)
+    order = np.argsort(labels, kind="stable")  # sorted as pandas sorts an index of labels, without its overhead
+    index = pd.Index(labels[order])
+    if counts:
+        return pd.DataFrame({"sum": totals[order], "units": items[order]}, index=index)
+    return pd.Series(totals[order], index=index, copy=False)
+
+
 def _dense_sums(codes: np.ndarray, units: np.ndarray, names) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`sums_by_code` for small non-negative codes: counts by bincount, exact int64 sums by np.add.at (no partial
     sum can leave int64 while the magnitudes of all items add up to at most SUM_LIMIT; else code by code)."""

@@ -10,10 +10,11 @@ result does not depend on how users were sharded or in which order shards merge.
 from __future__ import annotations
 
 import apache_beam as beam
+import numpy as np
 import pandas as pd
 
 from dpstream.pipelines.config.specs import ContributionBounds, Metric, WindowSpec, metric_bounds
-from dpstream.pipelines.mechanisms.fixedpoint import group_sums
+from dpstream.pipelines.mechanisms.fixedpoint import group_sums, label_sums
 from dpstream.pipelines.mechanisms.quantiles import ValueGrid
 from dpstream.pipelines.planning.windows import WindowCap
 from dpstream.pipelines.transforms.bounding import BoundContributions
@@ -35,7 +36,8 @@ def empty_sums_and_units() -> pd.DataFrame:
 class SumSeriesFn(beam.CombineFn):
     """Adds per-partition int64 sum vectors (pandas Series or DataFrames indexed by partition); missing partitions count 0.
 
-    Exact (`fixedpoint.group_sums`: int64, `SumOverflowError` rather than a wrap).
+    Exact (`fixedpoint.label_sums`, or `group_sums` for DataFrames and (partition, bucket) labels: int64,
+    `SumOverflowError` rather than a wrap).
     Stateless; the accumulator is a list of parts, compacted on merge; `empty` makes the sum of no parts.
     """
 
@@ -57,7 +59,10 @@ class SumSeriesFn(beam.CombineFn):
         if not parts:
             return self._empty()
         if len(parts) == 1:
-            return parts[0].sort_index()
+            return parts[0] if parts[0].index.is_monotonic_increasing else parts[0].sort_index()
+        if all(isinstance(part, pd.Series) and part.index.nlevels == 1 for part in parts):  # without pandas grouping
+            return label_sums(np.concatenate([part.index.to_numpy(dtype=object) for part in parts]),
+                              np.concatenate([part.to_numpy() for part in parts]))
         return group_sums(pd.concat(parts))
 
 

@@ -71,7 +71,7 @@ from apache_beam.transforms.window import GlobalWindows, TimestampedValue
 
 from dpstream.connectors.schema import EVENT_SCHEMA
 from dpstream.pipelines.config.specs import ContributionBounds, WindowSpec
-from dpstream.pipelines.mechanisms.fixedpoint import group_sums, sums_by_code, to_units
+from dpstream.pipelines.mechanisms.fixedpoint import code_sums, group_sums, label_sums, to_units
 from dpstream.pipelines.mechanisms.noise import SecureRandom
 from dpstream.pipelines.mechanisms.quantiles import ValueGrid
 from dpstream.pipelines.planning.windows import WindowCap
@@ -334,8 +334,8 @@ class _PreAggregate(beam.DoFn):
         for begin, end in [(0, distinct.size)] if shard_of is None else zip(*_runs(shard_of)):
             piece = _Piece(users.take(pa.array(user_of[begin:end])), _own_partitions(partition_of[begin:end], partitions),
                            **{name: column[begin:end] for name, column in columns.items()})
-            shard = 0 if shard_of is None else int(shard_of[begin])
-            yield TimestampedValue(((index, shard), piece), window_timestamp(self._window, index))
+            key = (index, 0 if shard_of is None else int(shard_of[begin]))
+            yield TimestampedValue((key, piece), window_timestamp(self._window, index))
 
 
 @dataclass(frozen=True)
@@ -358,7 +358,7 @@ class _Kept:
 
     def totals(self, units: bool):
         """Per-partition exact sums of the kept cells (with `units`: and how many users they came from)."""
-        return _code_totals(self.partition_of, self.partitions, self.values, units)
+        return code_sums(self.partition_of, self.partitions, self.values, units)
 
 
 def _kept(piece: _Piece, index: int, bounds: ContributionBounds, keys: _Keys, partition_keys: _Keys,
@@ -419,24 +419,6 @@ def _kept_cells(piece: _Piece, index: int, bounds: ContributionBounds, keys: _Ke
     """`_kept` as (user, partition, bounded sum or value bucket) per kept item, labels as Python strings."""
     kept = _kept(piece, index, bounds, keys, partition_keys, grid)
     return kept.user_labels(), kept.partition_labels(), kept.values
-
-
-def _totals(labels, sums: np.ndarray, units: bool):
-    """Kept cells -> per-partition exact int64 sums, sorted by partition (with `units`: and how many users they
-    came from); `labels` an array of partition names (numpy or pandas)."""
-    codes, names = pd.factorize(labels)
-    return _code_totals(codes, names, sums, units)
-
-
-def _code_totals(codes: np.ndarray, names, sums: np.ndarray, units: bool):
-    """`_totals` of cells given as codes into the partition names `names`."""
-    present, totals, counts = sums_by_code(codes, sums, names)
-    labels = np.asarray(names.take(present), dtype=object)
-    order = np.argsort(labels, kind="stable")  # sorted as pandas sorts an index of names, without its overhead
-    index = pd.Index(labels[order])  # the few partition names, as group_sums has them
-    if units:
-        return pd.DataFrame({"sum": totals[order], "units": counts[order]}, index=index)
-    return pd.Series(totals[order], index=index, copy=False)
 
 
 def bucket_counts(labels: np.ndarray, buckets: np.ndarray) -> pd.Series:
@@ -558,7 +540,7 @@ class _BoundCapped(beam.DoFn):
         order = np.argsort(windows, kind="stable")
         for begin, end in zip(*_runs(windows[order])):
             rows, index = order[begin:end], int(windows[order[begin]])
-            yield TimestampedValue((index, _totals(labels[rows], sums[rows], self._units)),
+            yield TimestampedValue((index, label_sums(labels[rows], sums[rows], self._units)),
                                    window_timestamp(self._window, index))
 
     def _kept_windows(self, user_ids: pa.Array, windows: np.ndarray) -> np.ndarray:
@@ -663,7 +645,7 @@ class _CapInWindowOrder(beam.DoFn):
             for name, (windows, cells_kept, used), count, added in zip(names, before, taken, kept_mass):
                 if count:
                     counts[name] = (windows + 1, cells_kept + int(count), used + int(added))
-        return TimestampedValue((index, _totals(labels[keep], sums[keep], self._units)),
+        return TimestampedValue((index, label_sums(labels[keep], sums[keep], self._units)),
                                 window_timestamp(self._window, index))
 
     def _room(self, windows: int, cells: int) -> int:

@@ -252,3 +252,31 @@ def test_sums_by_code_equal_group_sums_exactly(seed):
         [p * spread for p in present], totals.tolist(), counts.tolist())
     with pytest.raises(SumOverflowError):
         sums_by_code(np.zeros(4, dtype=np.int64) + spread, huge)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_label_sums_and_the_shard_merge_equal_group_sums(seed):
+    """Window sums (`label_sums`) and the merge of a window's shards (`SumSeriesFn`, which takes the same path for
+    Series) against `group_sums` on the concatenated parts: same labels, same order, same int64 values, same index
+    dtype; with counts, the number of items per label. A shard sum past 2**62 units is refused, never wrapped."""
+    from dpstream.pipelines.mechanisms.fixedpoint import SumOverflowError, label_sums
+    from dpstream.pipelines.transforms.aggregation import SumSeriesFn
+
+    rng = np.random.default_rng(seed)
+    names = np.array([f"p{i}" for i in rng.permutation(9)], dtype=object)
+    parts = []
+    for _ in range(3):
+        labels = rng.choice(names, 6, replace=False)
+        parts.append(pd.Series(rng.integers(-(2**52), 2**52, 6, dtype=np.int64), index=pd.Index(labels)).sort_index())
+    expected = group_sums(pd.concat(parts))
+    combine = SumSeriesFn()
+    merged = combine.extract_output(combine.merge_accumulators([combine.add_input([], part) for part in parts]))
+    pd.testing.assert_series_equal(merged, expected)
+    labels = np.concatenate([part.index.to_numpy(dtype=object) for part in parts])
+    with_counts = label_sums(labels, np.concatenate([part.to_numpy() for part in parts]), counts=True)
+    assert with_counts["sum"].tolist() == expected.tolist() and list(with_counts.index) == list(expected.index)
+    assert with_counts["units"].tolist() == [int((labels == name).sum()) for name in expected.index]
+    huge = [pd.Series([2**61, 2**60], index=pd.Index(["a", "b"])) for _ in range(3)]  # a: 1.5 * 2**62
+    for merge in (lambda: group_sums(pd.concat(huge)), lambda: combine.extract_output(huge)):
+        with pytest.raises(SumOverflowError, match="partition 'a'"):
+            merge()
