@@ -91,13 +91,18 @@ def plan(job: Job) -> JobPlan:
 def validate(job: Job) -> JobPlan:
     """Everything a run checks before its debit, without touching the ledger: plan, input files and headers."""
     job_plan = plan(job)
+    _check_input(job)
+    return job_plan
+
+
+def _check_input(job: Job) -> None:
+    """The job's input files and headers, checked before the debit (a subscription has no header to look at)."""
     if job.input.format == PUBSUB:
-        return job_plan  # a subscription has no header to look at before the debit
+        return
     try:
         check_input(job.input)
     except InputError as err:
         raise RunError(str(err)) from err
-    return job_plan
 
 
 def beam_options(job: Job, beam_args: Sequence[str]) -> PipelineOptions:
@@ -137,18 +142,18 @@ def run(
     started = time.perf_counter()
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     timings: dict[str, float] = {}
-    job_plan = validate(job)
+    output_dir = output_dir or job.output.path
+    output_dir = os.path.abspath(output_dir) if is_local(output_dir) else output_dir
+    job_budget = budget(job, ledger_url, state_dir=None if is_local(output_dir) else output_dir,
+                        lease_seconds=lease_seconds)  # the plan, made once (calibration can take seconds)
+    _check_input(job)
     streaming = job.input.format == PUBSUB
     if max_seconds is not None and not (streaming and max_seconds > 0):
         raise RunError(f"{job.source}: max_seconds must be a positive number of seconds and applies to streaming "
                        f"(input.format = {PUBSUB!r}) jobs only, got {max_seconds!r} for input.format {job.input.format!r}")
-    output_dir = output_dir or job.output.path
-    output_dir = os.path.abspath(output_dir) if is_local(output_dir) else output_dir
     options = beam_options(job, beam_args)
     check_runner(options)
-    check_memory(plan_size(job_plan), options, job.beam.max_memory_gb)
-    job_budget = budget(job, ledger_url, state_dir=None if is_local(output_dir) else output_dir,
-                        lease_seconds=lease_seconds)
+    check_memory(plan_size(job_budget.plan), options, job.beam.max_memory_gb)
     grid = job_budget.scope_grid() if streaming else None
     timings["plan_s"] = time.perf_counter() - started
     if streaming and (grid is not None or _pays_per_window(job_budget, output_dir, runner_name(options), log)):
