@@ -19,9 +19,9 @@ from sqlalchemy import event as sa_event
 from sqlalchemy.engine import make_url
 
 from dpstream.accounting.composition import leaf_counts
-from dpstream.accounting.events import Event
+from dpstream.accounting.events import ApproxDP, Event
 from dpstream.accounting.filters import SCOPE_FILTERS, EventFilter, PrivacyFilter, default_scope_filter, scope_filter
-from dpstream.accounting.filters.pure import basic_total
+from dpstream.accounting.filters.pure import basic_total, pure_epsilon_exact
 from dpstream.accounting.ledger.decisions import (
     check_periods,
     decide,
@@ -341,13 +341,17 @@ class Ledger:
         records its halt), and leases the monitors and the output location to the new run until `lease_seconds`
         from now (`renew_run` extends it). `monitors`: name -> (epsilon, delta, the sealed record the caller read,
         or None for a monitor to open, whose budget `event` includes). LedgerError, recording nothing, when a
-        monitor or the output is leased to another live run, a monitor to open exists, or a monitor to continue
-        is missing or changed since it was read.
+        monitor or the output is leased to another live run, a monitor to open exists, a monitor to continue
+        is missing or changed since it was read, or `event` priced by basic composition does not cover the budgets
+        of the monitors it opens.
         """
         _check_event(label, event, periods)
         monitors = dict(monitors or {})
         for name in monitors:
             _check_name("monitor", name, 200)
+        opened = [(epsilon, delta) for epsilon, delta, record in monitors.values() if record is None]
+        if opened:
+            _check_opening(event, opened)
         if output is not None:
             _check_name("output", output, 4000)
         if not (math.isfinite(lease_seconds) and lease_seconds > 0):
@@ -483,7 +487,7 @@ class Ledger:
         if bool(opened) != (opening is not None) or any(monitors[n].initial is None for n in opened):
             raise LedgerError(f"a stream opening monitors {opened} needs their budgets' event and first records")
         if opening is not None:
-            _check_opening(opening, [monitors[n] for n in opened])
+            _check_opening(opening, [(monitors[n].epsilon, monitors[n].delta) for n in opened])
         _check_name("output", output, 4000)
         if not (math.isfinite(lease_seconds) and lease_seconds > 0):
             raise LedgerError(f"a stream's lease must be a positive number of seconds, got {lease_seconds!r}")
@@ -984,13 +988,17 @@ class Ledger:
         ).one_or_none()
 
 
-def _check_opening(opening: Event, opened: Sequence[StreamMonitor]) -> None:
-    """LedgerError unless `opening`, priced by basic composition, covers the opened monitors' budgets (each
-    monitor's filter keeps it within its (epsilon, delta), so a smaller debit would under-charge the scope)."""
-    priced = basic_total(leaf_counts(opening))
-    epsilon, delta = sum(m.epsilon for m in opened), sum(m.delta for m in opened)
+def _check_opening(opening: Event, budgets: Sequence[tuple[float, float]]) -> None:
+    """LedgerError unless `opening`, priced by basic composition, covers the (epsilon, delta) budgets of the svt
+    monitors it opens (each monitor's filter keeps it within its budget, so a smaller debit would under-charge the
+    scope). A necessary condition only: the caller composes the budgets (ApproxDP events) into the event, and the
+    leaves basic composition cannot price (Gaussian noise) count for nothing here."""
+    leaves = {leaf: count for leaf, count in leaf_counts(opening).items()
+              if isinstance(leaf, ApproxDP) or pure_epsilon_exact(leaf) is not None}
+    priced = basic_total(leaves)
+    epsilon, delta = sum(e for e, _ in budgets), sum(d for _, d in budgets)
     if priced is None or float(priced[0]) < epsilon * (1 - 1e-12) or float(priced[1]) < delta * (1 - 1e-12):
-        raise LedgerError(f"the opening event {opening!r} does not cover the new svt monitors' budgets (epsilon "
+        raise LedgerError(f"the event {opening!r} does not cover the new svt monitors' budgets (epsilon "
                           f"{epsilon:g}, delta {delta:g} in all); nothing was debited")
 
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from dpstream.accounting.events import ApproxDP, PureDP
+from dpstream.accounting.events import ApproxDP, Composed, Gaussian, PureDP
 from dpstream.accounting.filters import FSRCFilter
 from dpstream.accounting.filters.fsrc import basel_delta
 from dpstream.accounting.ledger import Ledger, LedgerConflict, LedgerError, MonitorRecord, Periods
@@ -81,6 +81,24 @@ def test_a_monitor_is_leased_to_one_run_and_comes_back_unchanged_after_a_failure
         view = ledger.show(scope)
     assert view.monitors[0].instances == 2 and view.monitors[0].checked_out is None
     assert view.state["spent_epsilon"] == pytest.approx(0.6)  # the monitor once and the published run; not the failed one
+
+
+def test_a_run_that_opens_a_monitor_must_carry_its_budget(ledger_url):
+    """The event of a run opening an svt monitor must cover the monitor's budget (basic composition): an event of
+    the releases alone would open the monitor for less than it may spend. A continued monitor needs nothing."""
+    with Ledger(ledger_url, create=True) as ledger:
+        scope = _scope(ledger, 5.0)
+        monitors = {"alerts": (0.5, 1e-8, None)}
+        for releases_only in (PureDP(0.4), Gaussian(1.0)):  # Gaussian noise, whatever its cost, is not a budget
+            with pytest.raises(LedgerError, match="does not cover the new svt monitors' budgets .*epsilon 0.5"):
+                ledger.open_run(scope, releases_only, "releases only", monitors=monitors)
+        assert ledger.runs_of(scope) == [] and ledger.monitor_record(scope, "alerts") is None
+        opener = ledger.open_run(scope, Composed((Gaussian(3.0), PureDP(0.4), ApproxDP(0.5, 1e-8))),
+                                 "with the budget", monitors=monitors)
+        assert opener.admitted
+        ledger.commit_run(opener.run_id, {"alerts": (_record(1), False)})
+        continued = {"alerts": (0.5, 1e-8, ledger.monitor_record(scope, "alerts"))}
+        assert ledger.open_run(scope, PureDP(0.1), "continue", monitors=continued).admitted
 
 
 def test_an_expired_lease_frees_the_monitor_and_fences_the_old_run(ledger_url):
