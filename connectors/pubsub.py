@@ -113,8 +113,12 @@ def messages_to_events(source: PubSubSource, messages: list[tuple[bytes, int, st
     for data, _, message_id in messages:
         try:
             event = json.loads(data)
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise InputError(f"{source.path}: message {message_id}: not valid JSON: {err}") from err
+        except json.JSONDecodeError as err:  # msg names the problem; the message's text is never quoted
+            raise InputError(f"{source.path}: message {message_id}: not valid JSON: {err.msg} (character "
+                             f"{err.pos + 1})") from err
+        except UnicodeDecodeError as err:  # its own message quotes the bytes
+            raise InputError(f"{source.path}: message {message_id}: not valid JSON: not UTF-8 text (byte "
+                             f"{err.start + 1})") from err
         if not isinstance(event, dict):
             raise InputError(f"{source.path}: message {message_id}: expected a JSON object, got {type(event).__name__}")
         objects.append(event)
@@ -124,7 +128,7 @@ def messages_to_events(source: PubSubSource, messages: list[tuple[bytes, int, st
         values = [event.get(key) for event in objects]
         try:
             arrays[key] = pa.array(values)
-        except (pa.ArrowInvalid, pa.ArrowTypeError):  # mixed JSON types: text, so the conversion names the value
+        except (pa.ArrowInvalid, pa.ArrowTypeError):  # mixed JSON types: text, so the conversion names the problem
             arrays[key] = pa.array([v if v is None or isinstance(v, str) else json.dumps(v) for v in values], pa.string())
     if source.timestamp_attribute is None:
         conversion = EventColumns(source.user, columns["timestamp"], source.partition, source.value,

@@ -9,7 +9,12 @@ ledger debit; `list_chunks` and `read_chunk` touch data and run after.
 Column mapping: `user`, `timestamp` and `partition` name required input
 columns; `value` is optional (each event counts 1.0 without it). User and
 partition values are turned into strings; a missing value anywhere is an
-error naming file, row and column.
+error naming file, row and column. No error quotes a row's value, only where it
+is (file, row or line, column) and what kind of problem it has (not a number,
+not an ISO 8601 time, missing value, ...): row values are data, and the reason a
+run failed is stored in the ledger and shown by `dpstream budget history`.
+Errors about a file's header (`check_input`, before any run is admitted) may
+name its columns.
 
 Files are listed and read only through Apache Beam's `FileSystems` (`match`,
 `open`), so `input.path` may be a local path or a URL of any scheme the Beam
@@ -186,7 +191,10 @@ def _column_names(fmt: str, path: str) -> list[str] | None:
         return list(record)
     except InputError:
         raise
-    except (OSError, pa.ArrowException, UnicodeDecodeError, ValueError) as err:
+    except UnicodeDecodeError as err:  # its message quotes the bytes
+        raise InputError(f"{path}: cannot read the {fmt} header: not UTF-8 text (byte {err.start + 1} of the "
+                         f"first line)") from err
+    except (OSError, pa.ArrowException, ValueError) as err:
         raise InputError(f"{path}: cannot read the {fmt} header: {first_line(err)}") from err
 
 
@@ -310,21 +318,46 @@ def _read_csv(spec: InputSpec, chunk: Chunk) -> Iterator[pa.RecordBatch]:
                 yield to_events(pa.Table.from_batches([batch]), spec.event_columns, chunk.path, lambda i: start + i + 2)
                 first += batch.num_rows
     except pa.ArrowInvalid as err:
-        raise _locate_csv_error(chunk.path, err) from err
+        raise _locate_csv_error(chunk.path, err, columns) from err
 
 
-def _locate_csv_error(path: str, err: Exception) -> InputError:
-    """Find the first line whose field count differs from the header's (error path only)."""
-    with open_file(path) as raw, io.TextIOWrapper(_text_stream(path, raw), encoding="utf-8", errors="replace", newline="") as handle:
+_UNDECODABLE = re.compile("[\udc80-\udcff]")  # bytes that are not UTF-8, as errors="surrogateescape" decodes them
+
+
+def _locate_csv_error(path: str, err: Exception, columns: list[str]) -> InputError:
+    """Find the first line whose field count differs from the header's, or whose field in one of `columns` (the
+    mapped ones, which pyarrow converts) is not UTF-8 (error path only). pyarrow's own message can quote the row
+    ("Expected 3 columns, got 4: <the row>"), so only its kind is passed on (`_csv_problem`)."""
+    with open_file(path) as raw, io.TextIOWrapper(_text_stream(path, raw), encoding="utf-8",
+                                                  errors="surrogateescape", newline="") as handle:
         reader = csv.reader(handle)
-        width = len(next(reader, []))
+        header = [name.strip() for name in next(reader, [])]
+        mapped = [(i, name) for i, name in enumerate(header) if name in columns]
         try:
             for fields in reader:
-                if fields and len(fields) != width:
-                    return InputError(f"{path}:{reader.line_num}: expected {width} fields, got {len(fields)}")
-        except csv.Error as bad:
+                if not fields:
+                    continue
+                if len(fields) != len(header):
+                    return InputError(f"{path}:{reader.line_num}: expected {len(header)} fields, got {len(fields)}")
+                for i, name in mapped:
+                    if _UNDECODABLE.search(fields[i]):
+                        return InputError(f"{path}:{reader.line_num}: column {name!r}: not UTF-8 text")
+        except csv.Error as bad:  # the csv module's messages name the problem, never the field
             return InputError(f"{path}:{reader.line_num}: {bad}")
-    return InputError(f"{path}: cannot read as CSV: {first_line(err)}")
+    return InputError(f"{path}: cannot read as CSV: {_csv_problem(err)}")
+
+
+def _csv_problem(err: Exception) -> str:
+    """The kind of problem pyarrow found in a CSV file, without the row text its message may quote."""
+    text = first_line(err)
+    counted = re.search(r"Expected (\d+) columns, got (\d+)", text)
+    if counted:
+        return f"expected {counted.group(1)} fields, got {counted.group(2)}"
+    if "UTF8" in text or "UTF-8" in text:
+        return "not UTF-8 text"
+    if "straddl" in text:
+        return f"a row longer than the {CSV_BLOCK_BYTES >> 20} MiB read block"
+    return "malformed CSV (quoting or line breaks)"
 
 
 
@@ -340,7 +373,7 @@ def _read_jsonl(spec: InputSpec, chunk: Chunk) -> Iterator[pa.RecordBatch]:
         table = _read_jsonl_mixed(chunk.path, data, spec)
     missing = [column for column in spec.columns.values() if column not in table.column_names]
     if missing:
-        raise InputError(f"{chunk.path}:1: column {missing[0]!r}: missing key (present: {', '.join(table.column_names)})")
+        raise InputError(f"{chunk.path}:1: column {missing[0]!r}: missing key (in every line of the file)")
     lines = _jsonl_line_numbers(data) if table.num_rows else np.zeros(0, dtype=np.int64)
     yield to_events(table, spec.event_columns, chunk.path, lambda i: int(lines[i]))
 
@@ -364,7 +397,7 @@ def _read_jsonl_mixed(path: str, data: bytes, spec: InputSpec) -> pa.Table:
     """Slow path, line by line, for a column whose JSON type changes between lines (ids as numbers and strings).
 
     A column of mixed types becomes text (JSON numbers in their JSON spelling), so the usual conversions
-    report a value that still does not fit, e.g. cannot parse 'late' as a number.
+    report a value that still does not fit (e.g. "not a number"), naming its row and column.
     """
     records = list(_json_objects(path, data))
     arrays = {}
@@ -399,7 +432,15 @@ def _locate_json_error(path: str, data: bytes, err: Exception) -> InputError:
             pass
     except InputError as located:
         return located
-    return InputError(f"{path}: cannot read as JSON lines: {first_line(err)}")
+    return InputError(f"{path}: cannot read as JSON lines: {_json_problem(err)}")
+
+
+def _json_problem(err: Exception) -> str:
+    """The kind of problem pyarrow found in a JSON lines file, without any text of the file."""
+    text = first_line(err)
+    if "changed from" in text:
+        return "a key whose JSON type changes between lines"
+    return "malformed JSON"
 
 
 # -- conversion ------------------------------------------------------------------------------------
@@ -435,7 +476,8 @@ def _keys(values: pa.Array) -> pa.Array:
         whole = (numbers == np.floor(numbers)) & (np.abs(numbers) < 2.0**63)  # a whole number an int64 holds
         if not whole.all():
             index = int(np.flatnonzero(~whole)[0])
-            raise RowError(index, f"expected a key (string or integer), got {values[index].as_py()!r}")
+            raise RowError(index, "not a key: a number that is not a whole number within int64 (keys are strings or "
+                                  "integers)")
         values = values.cast(pa.int64())
     try:
         return values.cast(pa.string())
@@ -452,7 +494,7 @@ def _values(values: pa.Array) -> np.ndarray:
         bad = np.isnan(numbers)
         if bad.any():
             index = int(np.flatnonzero(bad)[0])
-            raise RowError(index, f"cannot parse {text.iloc[index]!r} as a number")
+            raise RowError(index, "not a number")
     elif pa.types.is_integer(values.type) or pa.types.is_floating(values.type) or pa.types.is_boolean(values.type):
         # integers beyond 2**53 round to the nearest float64; values are clamped to [min_value, max_value] anyway
         numbers = values.cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False)
@@ -461,5 +503,5 @@ def _values(values: pa.Array) -> np.ndarray:
     finite = np.isfinite(numbers)
     if not finite.all():
         index = int(np.flatnonzero(~finite)[0])
-        raise RowError(index, f"{numbers[index]!r} is not a finite number")
+        raise RowError(index, "not a finite number (NaN or infinity)")
     return numbers

@@ -9,6 +9,8 @@ Formats (`timestamp_format` in a job file):
 Timestamps without an offset (naive Arrow timestamps, dates, ISO strings without Z or
 +HH:MM) are local times in `timezone` (an IANA name, default UTC); a local time that
 does not exist or is ambiguous there (daylight-saving changes) is an error.
+Errors (`RowError`) name the row and the kind of problem, never the value: row values are data, and a run's
+failure reason is stored in the ledger and shown by `dpstream budget history`.
 """
 from __future__ import annotations
 
@@ -72,17 +74,24 @@ def _temporal(values: pa.Array, timezone: str) -> np.ndarray:
         values = values.cast(pa.timestamp("us"))
     series = pd.Series(values.cast(pa.timestamp("us", values.type.tz)).to_pandas())
     if series.dt.tz is None:
-        series = _localize(series, timezone, values)
+        series = _localize(series, timezone)
     return series.dt.tz_convert("UTC").dt.as_unit("us").astype("int64").to_numpy()
 
 
-def _localize(series: pd.Series, timezone: str, raw) -> pd.Series:
+def _localize(series: pd.Series, timezone: str) -> pd.Series:
     localized = series.dt.tz_localize(timezone, ambiguous="NaT", nonexistent="NaT")
     missing = localized.isna().to_numpy()
     if missing.any():
         index = int(np.flatnonzero(missing)[0])
-        raise RowError(index, f"local time {raw[index].as_py()!s} does not exist or is ambiguous in time zone {timezone}")
+        raise RowError(index, _no_such_local_time(timezone))
     return localized
+
+
+def _no_such_local_time(timezone: str) -> str:
+    return f"a local time that does not exist or is ambiguous in time zone {timezone} (a daylight-saving change)"
+
+
+_NOT_ISO = "not an ISO 8601 time"
 
 
 def _iso8601(values: pa.Array, timezone: str) -> np.ndarray:
@@ -92,34 +101,31 @@ def _iso8601(values: pa.Array, timezone: str) -> np.ndarray:
     if has_offset.any():
         part = text[has_offset]
         parsed = pd.to_datetime(part, format="ISO8601", errors="coerce", utc=True)
-        _reject_unparsed(parsed, part, has_offset)
+        _reject_unparsed(parsed, has_offset)
         result[has_offset] = parsed.dt.as_unit("us").astype("int64").to_numpy()
     naive = ~has_offset
     if naive.any():
         part = text[naive]
         parsed = pd.to_datetime(part, format="ISO8601", errors="coerce")
-        _reject_unparsed(parsed, part, naive)
+        _reject_unparsed(parsed, naive)
         positions = np.flatnonzero(naive)
         try:
             localized = parsed.dt.tz_localize(timezone, ambiguous="NaT", nonexistent="NaT")
         except TypeError as err:  # mixed offsets slipped past the regex
-            raise RowError(int(positions[0]), f"cannot parse {part.iloc[0]!r} as ISO 8601") from err
+            raise RowError(int(positions[0]), _NOT_ISO) from err
         missing = localized.isna().to_numpy()
         if missing.any():
             where = int(np.flatnonzero(missing)[0])
-            raise RowError(
-                int(positions[where]),
-                f"local time {part.iloc[where]!r} does not exist or is ambiguous in time zone {timezone}",
-            )
+            raise RowError(int(positions[where]), _no_such_local_time(timezone))
         result[naive] = localized.dt.tz_convert("UTC").dt.as_unit("us").astype("int64").to_numpy()
     return result
 
 
-def _reject_unparsed(parsed: pd.Series, text: pd.Series, mask: np.ndarray) -> None:
+def _reject_unparsed(parsed: pd.Series, mask: np.ndarray) -> None:
     bad = parsed.isna().to_numpy()
     if bad.any():
         where = int(np.flatnonzero(bad)[0])
-        raise RowError(int(np.flatnonzero(mask)[where]), f"cannot parse {text.iloc[where]!r} as ISO 8601")
+        raise RowError(int(np.flatnonzero(mask)[where]), _NOT_ISO)
 
 
 def _epoch(values: pa.Array, factor: int, name: str) -> np.ndarray:
@@ -129,7 +135,7 @@ def _epoch(values: pa.Array, factor: int, name: str) -> np.ndarray:
         bad = ~np.isfinite(numbers)
         if bad.any():
             index = int(np.flatnonzero(bad)[0])
-            raise RowError(index, f"cannot parse {text.iloc[index]!r} as {name} (a number)")
+            raise RowError(index, f"not a finite number (timestamp_format {name})")
         values = pa.array(numbers)
     elif not (pa.types.is_integer(values.type) or pa.types.is_floating(values.type)):
         raise RowError(0, f"expected numbers for {name}, got a column of type {values.type}")
@@ -144,5 +150,6 @@ def _epoch(values: pa.Array, factor: int, name: str) -> np.ndarray:
         micros = np.where(overflow, 0, scaled).astype(np.int64)
     if overflow.any():
         index = int(np.flatnonzero(overflow)[0])
-        raise RowError(index, f"{numbers[index]!r} is not a valid {name} time")
+        raise RowError(index, f"a number out of range for timestamp_format {name} (beyond about 146,000 years "
+                              f"from 1970)")
     return micros

@@ -1,5 +1,6 @@
 """The value grid and exact sums (`pipelines.mechanisms.fixedpoint`): the quantum rule, the quantised bounds the sensitivities
-come from, overflow checks instead of wrap-around, and the one-rounding quotient of peak and svt queries."""
+come from, exact sums beyond int64 instead of wrap-around or an error, and the one-rounding quotient of peak and svt
+queries."""
 from __future__ import annotations
 
 import math
@@ -13,7 +14,6 @@ from dpstream.pipelines.config.specs import ContributionBounds, SpecError
 from dpstream.pipelines.mechanisms.fixedpoint import (
     QUOTIENT_ROUNDING,
     VALUE_BITS,
-    SumOverflowError,
     exact_value,
     group_sums,
     rounded_quotient,
@@ -102,15 +102,36 @@ def test_sums_are_exact_int64_up_to_the_limit():
     assert total(pd.Series([big // 4 + 1, big // 2, -(big // 2)])) == big // 4 + 1  # |terms| add up to 2.5 * 2**60
 
 
-def test_a_partition_beyond_the_limit_is_an_error_not_a_wrap():
-    parts = pd.Series([2**61, 2**61, 2**61, 2**61], index=["hot"] * 4)  # 2**63: wraps to -2**63 in int64
+def test_a_partition_beyond_int64_is_summed_exactly_not_wrapped_nor_refused():
+    """Issue 32: a sum past 2**63 units used to raise SumOverflowError (a failure that depends on the data, not
+    debited). It is now the exact sum, as Python ints for that partition; the others keep their int64 values."""
+    parts = pd.Series([2**61] * 4 + [3, 4], index=["hot"] * 4 + ["cold"] * 2)  # hot: 2**63, one past int64
     assert parts.groupby(level=0).sum()["hot"] == -(2**63)  # what an unchecked int64 sum returns (negative control)
-    with pytest.raises(SumOverflowError, match="bounded values of partition 'hot' add up to 9.223e\\+18 units"):
-        group_sums(parts)
-    with pytest.raises(SumOverflowError, match="partition 'hot'"):  # the shard merge checks the same way
-        SumSeriesFn().extract_output([parts.iloc[:2], parts.iloc[2:]])
-    with pytest.raises(SumOverflowError, match="a window's partitions together"):  # peak and svt window totals
-        total(pd.Series([2**61] * 3, index=list("abc")))
+    sums = group_sums(parts)
+    assert sums.dtype == object and sums.to_dict() == {"cold": 7, "hot": 2**63}
+    assert all(type(value) is int for value in sums)  # Python ints: later additions stay exact
+    merged = SumSeriesFn().extract_output([parts.iloc[:2], parts.iloc[2:]])  # the shard merge, the same way
+    assert merged.to_dict() == {"cold": 7, "hot": 2**63} and list(merged.index) == ["cold", "hot"]
+    again = SumSeriesFn().extract_output([merged, pd.Series([-(2**63), 1], index=["hot", "new"])])  # object + int64
+    assert again.dtype == np.int64 and again.to_dict() == {"cold": 7, "hot": 0, "new": 1}  # back inside int64
+    assert total(pd.Series([2**61] * 5, index=list("abcde"))) == 5 * 2**61  # peak and svt window totals
+    assert total(merged) == 2**63 + 7
+
+
+@pytest.mark.parametrize("terms, expected_dtype", [
+    ([2**62, 2**62 - 1], np.int64),  # 2**63 - 1: the largest int64, through the exact path
+    ([-(2**62), -(2**62)], np.int64),  # -2**63: the smallest int64
+    ([2**62, 2**62], object),  # 2**63: one past
+    ([-(2**62), -(2**62), -1], object),  # -2**63 - 1
+    ([2**62, 2**62, -(2**62), -(2**62) + 5], np.int64),  # past the |terms| limit, but the sum is 5
+])
+def test_sums_at_the_int64_edges_are_exact_and_int64_whenever_they_fit(terms, expected_dtype):
+    sums = group_sums(pd.Series(np.array(terms, dtype=np.int64), index=["a"] * len(terms)))
+    assert sums.dtype == expected_dtype and sums["a"] == sum(terms)
+    multi = pd.Series(np.array(terms, dtype=np.int64), index=pd.MultiIndex.from_arrays([["a"] * len(terms),
+                                                                                         [0] * len(terms)]))
+    assert group_sums(multi)[("a", 0)] == sum(terms)  # (partition, bucket) labels: the same
+    assert total(pd.Series(np.array(terms, dtype=np.int64))) == sum(terms)
 
 
 def test_many_partitions_may_exceed_the_limit_together():

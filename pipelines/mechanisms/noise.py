@@ -47,7 +47,7 @@ import os
 
 import numpy as np
 
-from dpstream.pipelines.mechanisms.fixedpoint import is_power_of_two, power_of_two_at_least
+from dpstream.pipelines.mechanisms.fixedpoint import is_integer_objects, is_power_of_two, power_of_two_at_least
 
 GRANULARITY_BITS = 20
 """The grid step is at most scale * 2**-GRANULARITY_BITS and at least half that."""
@@ -163,12 +163,16 @@ def to_grid(values: np.ndarray, step: float, quantum: float = 1.0) -> tuple[np.n
 
     `values` count multiples of `quantum` (a power of two, default 1): they stand
     for values * quantum. Returns (grid units as float64 integers, exact):
-    - integer arrays (signed, or unsigned up to 32 bits) are converted exactly:
-      when quantum >= step they are multiplied by quantum / step (a power of two)
-      and no rounding happens (`exact` True); otherwise the quotient by
-      2**j = step / quantum is rounded half up in integer arithmetic (floor of
-      (k + 2**(j-1)) / 2**j, without overflow), so neighbouring integer inputs
-      map to grid units whose difference is the exact quotient's, rounded;
+    - integer arrays (signed, or unsigned up to 32 bits, or object arrays of
+      Python ints: the exact sums beyond int64, `fixedpoint.narrowed`) are
+      converted exactly: when quantum >= step they are multiplied by
+      quantum / step (a power of two) and no rounding happens (`exact` True);
+      otherwise the quotient by 2**j = step / quantum is rounded half up in
+      integer arithmetic (floor of (k + 2**(j-1)) / 2**j, without overflow), so
+      neighbouring integer inputs map to grid units whose difference is the
+      exact quotient's, rounded. Python ints are scaled, rounded and clipped in
+      integer arithmetic before they become doubles, so they give the very grid
+      units an int64 array of the same numbers gives;
     - float arrays are scaled in float64 and rounded by floor(x + 1/2) (`exact` False).
     Clipping at +-MAX_GRID_UNITS is monotone and 1-Lipschitz; below it the
     integer results are exact (a double holds every integer up to 2**53).
@@ -176,10 +180,13 @@ def to_grid(values: np.ndarray, step: float, quantum: float = 1.0) -> tuple[np.n
     generalises "integers on a grid of step <= 1" (quantum 1).
     """
     array = np.asarray(values)
-    if array.dtype.kind not in "iuf":
+    integer_objects = is_integer_objects(array)
+    if array.dtype.kind not in "iuf" and not integer_objects:
         raise ValueError(f"values must be an integer or float array, got dtype {array.dtype}")
     if not is_power_of_two(quantum):
         raise ValueError(f"to_grid: quantum must be a positive power of two, got {quantum!r}")
+    if integer_objects:
+        return _integers_to_grid(array, math.frexp(step)[1] - math.frexp(quantum)[1])
     if array.dtype.kind == "i" or (array.dtype.kind == "u" and array.dtype.itemsize < 8):
         shift = math.frexp(step)[1] - math.frexp(quantum)[1]  # step / quantum = 2**shift (both powers of two)
         exact = shift <= 0
@@ -192,6 +199,20 @@ def to_grid(values: np.ndarray, step: float, quantum: float = 1.0) -> tuple[np.n
     if not np.all(np.isfinite(scaled)):
         raise ValueError("values must be finite numbers, got NaN or infinity")
     return np.clip(np.floor(scaled + 0.5), -MAX_GRID_UNITS, MAX_GRID_UNITS), False
+
+
+def _integers_to_grid(values: np.ndarray, shift: int) -> tuple[np.ndarray, bool]:
+    """`to_grid` of an object array of integers (step / quantum = 2**shift) in Python integers: k * 2**-shift
+    (shift <= 0, exact) or floor((k + 2**(shift-1)) / 2**shift) (round half up), clipped to +-MAX_GRID_UNITS, then
+    doubles (exact: at most 2**51). For numbers inside int64 these are the int64 path's grid units."""
+    limit = int(MAX_GRID_UNITS)
+    if shift <= 0:
+        scaled = [int(k) << -shift for k in values.flat]
+    else:
+        half = 1 << (shift - 1)
+        scaled = [(int(k) + half) >> shift for k in values.flat]  # >> is floor division by 2**shift
+    units = np.array([min(max(k, -limit), limit) for k in scaled], dtype=np.float64).reshape(values.shape)
+    return units, shift <= 0
 
 
 def _round_half_up_shift(units: np.ndarray, shift: int) -> np.ndarray:

@@ -10,6 +10,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from dpstream.accounting.events import Event
+from dpstream.pipelines.mechanisms.fixedpoint import is_integer_objects
 from dpstream.pipelines.mechanisms.noise import SecureRandom
 
 
@@ -63,7 +64,11 @@ def checked_rng(owner: str, rng: SecureRandom) -> SecureRandom:
 
 
 def vector(owner: str, name: str, values: Any, minimum: int = 1) -> np.ndarray:
+    """A 1-d numeric array of at least `minimum` finite entries: integers, floats, or an object array of Python
+    ints (exact sums beyond int64, `fixedpoint.narrowed`, which `noise.to_grid` takes exactly)."""
     array = np.asarray(values)
+    if array.ndim == 1 and array.size >= minimum and is_integer_objects(array):
+        return array  # integers: finite
     if array.ndim != 1 or array.size < minimum or array.dtype.kind not in "iuf":
         raise ValueError(
             f"{owner}: {name} must be a 1-d numeric array with at least {minimum} entries, "

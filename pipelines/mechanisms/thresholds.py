@@ -11,7 +11,7 @@ from scipy.special import log_ndtr, ndtri
 from dpstream.accounting.events import ZCDP, GaussianThreshold
 from dpstream.accounting.numerics import epsilon_from_delta_curve, expanding_upper, log_sub_exp
 from dpstream.pipelines.mechanisms.additive import noisy_on_grid
-from dpstream.pipelines.mechanisms.fixedpoint import is_power_of_two
+from dpstream.pipelines.mechanisms.fixedpoint import exact_integers, is_power_of_two
 from dpstream.pipelines.mechanisms.noise import (
     SecureRandom,
     granularity,
@@ -133,8 +133,9 @@ def distinct_threshold(
     length; quantum a power of two.
     Caller must ensure: contribution bounding gives the stated L0 and Linf bounds, and
     units/sums come from the same bounded records.
-    Numerics: hardened (grid, as `gaussian_threshold` and `gaussian`); extra is exact int64 arithmetic when units
-    and sums are integer arrays and unit_value is an integer multiple of quantum (as after `pipelines.transforms.bounding`).
+    Numerics: hardened (grid, as `gaussian_threshold` and `gaussian`); extra is exact integer arithmetic (int64,
+    or Python ints for sums beyond int64) when units and sums are integer arrays and unit_value is an integer
+    multiple of quantum (as after `pipelines.transforms.bounding`).
     Runtime: O(n).
     """
     owner = "distinct_threshold"
@@ -157,9 +158,15 @@ def distinct_threshold(
             raise ValueError(f"{owner}: extra_sigma is required when linf={linf!r} exceeds |unit_value|={abs(unit_value)!r}")
         extra_sigma = positive(owner, "extra_sigma", extra_sigma)
         per_unit = unit_value / quantum  # what one record adds, in units of quantum (exact: quantum a power of two)
-        integral = sums.dtype.kind in "iu" and units.dtype.kind in "iu" and float(per_unit).is_integer()
+        integral = sums.dtype.kind in "iuO" and units.dtype.kind in "iuO" and float(per_unit).is_integer()
+        if not integral:
+            beyond = sums[kept].astype(np.float64) - per_unit * units[kept].astype(np.float64)
+        elif "O" in (sums.dtype.kind, units.dtype.kind):  # sums beyond int64 (Python ints): exact, as below
+            beyond = exact_integers(sums[kept]) - int(per_unit) * exact_integers(units[kept])
+        else:  # |extra| <= |sums|: no int64 overflow
+            beyond = sums[kept] - int(per_unit) * units[kept]
         extra, _, extra_sensitivity = noisy_on_grid(
-            owner, sums[kept] - (int(per_unit) if integral else per_unit) * units[kept], extra_sigma, rng,
+            owner, beyond, extra_sigma, rng,
             math.sqrt(max_partitions) * extra_linf, max_partitions, norm=2, minimum=0, quantum=quantum)
         values = values + extra
         mu = math.hypot(mu, extra_sensitivity / extra_sigma)

@@ -4,8 +4,10 @@ Every window index in [0, WindowSpec.count) gets an element, even when no
 record fell into it: the set of windows released is public and must not
 depend on the data (a window that appears only when someone was active would
 reveal that someone was). Sums of the user shards of a window are added here,
-exactly: int64 units of the value grid (`fixedpoint.group_sums`), so the
-result does not depend on how users were sharded or in which order shards merge.
+exactly: integer units of the value grid (`fixedpoint.label_sums` / `group_sums`:
+int64, or Python ints for the sums beyond int64), so the result does not depend
+on how users were sharded or in which order shards merge, and no input inside
+the declared bounds makes it fail.
 """
 from __future__ import annotations
 
@@ -34,10 +36,10 @@ def empty_sums_and_units() -> pd.DataFrame:
 
 
 class SumSeriesFn(beam.CombineFn):
-    """Adds per-partition int64 sum vectors (pandas Series or DataFrames indexed by partition); missing partitions count 0.
+    """Adds per-partition sum vectors (pandas Series or DataFrames indexed by partition); missing partitions count 0.
 
-    Exact (`fixedpoint.label_sums`, or `group_sums` for DataFrames and (partition, bucket) labels: int64,
-    `SumOverflowError` rather than a wrap).
+    Exact (`fixedpoint.label_sums`, or `group_sums` for DataFrames and (partition, bucket) labels): int64 where
+    every sum fits, Python ints (object dtype) where one does not; never a wrap, never an error.
     Stateless; the accumulator is a list of parts, compacted on merge; `empty` makes the sum of no parts.
     """
 

@@ -47,10 +47,12 @@ the other users do; so L1 and L2 sensitivities are those of
 `ContributionBounds`, exactly: the sums are exact. Which records are kept
 depends only on random keys, never on record order ("first n").
 Caller must ensure: batches follow EVENT_SCHEMA; seeded mode only in tests.
-Numerics: exact. Every sum is an int64 sum of value units (`fixedpoint.group_sums`:
-independent of order, batching and sharding; `SumOverflowError` instead of a wrap
-beyond 2**62 units, at least 2**32 records at the largest |value| per partition
-and window). Clipping and rint are monotone, so a kept record's units lie in
+Numerics: exact. Every sum is an exact integer sum of value units (`fixedpoint.code_sums`,
+`label_sums`: independent of order, batching and sharding): int64 while the |units| of a
+partition add up to at most 2**62 (at least 2**32 records at the largest |value| per
+partition and window), Python ints (object dtype) for a partition beyond, never a wrap
+or an error. A user's cell (step 2) is at most max_contributions 2**30 <= 2**62 units, an
+int64 always. Clipping and rint are monotone, so a kept record's units lie in
 [k_min, k_max].
 Runtime: O(n log n) per batch and per window group (sorts), no per-row Python.
 """
@@ -428,8 +430,8 @@ def bucket_counts(labels: np.ndarray, buckets: np.ndarray) -> pd.Series:
 
 
 class _BoundWindow(beam.DoFn):
-    """All pieces of one (window, shard) -> (window index, per-partition bounded sums as an int64 pandas Series;
-    with `grid`, the kept records' counts per (partition, value bucket))."""
+    """All pieces of one (window, shard) -> (window index, per-partition bounded sums as a pandas Series of integer
+    units, int64 unless a sum is beyond it (`fixedpoint.code_sums`); with `grid`, the kept records' counts per (partition, value bucket))."""
 
     def __init__(self, bounds: ContributionBounds, seed, units: bool = False, grid: ValueGrid | None = None):
         self._bounds = bounds
@@ -659,8 +661,8 @@ class BoundContributions(beam.PTransform):
     """Record batches -> (window index, per-partition bounded sums) per window and user shard.
 
     Each output Series holds, for the partitions that received a kept
-    contribution, the exact sum of the kept clipped values as an int64 number
-    of units of `bounds.quantum` (for counting jobs with an integer value up to
+    contribution, the exact sum of the kept clipped values as an integer number
+    of units of `bounds.quantum` (int64, or a Python int beyond int64; for counting jobs with an integer value up to
     2**30 the quantum is at least 1; value 1: the counts themselves); with
     `units`, a DataFrame with columns "sum" and "units" (how many users those
     kept contributions came from). Elements are timestamped at

@@ -17,7 +17,7 @@ Gaussian, GaussianThreshold or delta-approximate zCDP); the run's event is never
 planner sized the noise for grid rounding). Windows compose in the plan.
 Proof: the mechanisms' docstrings; sensitivities from `BoundContributions`
 (docs/proofs/pipelines.transforms.bounding.BoundContributions.md), whose
-exact int64 sums in units of the bounds' quantum reach the mechanisms as they are
+exact integer sums in units of the bounds' quantum (int64, or Python ints beyond it) reach the mechanisms as they are
 (with the quantum), so the planned sensitivity is the one the data can produce.
 Caller must ensure: the partition list is public; `seed` only in tests.
 Released values are clamped to the range a bounded sum can take (counts at 0)
@@ -68,8 +68,8 @@ def _select(plan: HistogramPlan, sums, rng, quantum: float) -> mechanisms.Releas
 def histogram_release(plan: HistogramPlan, sums, rng, quantum: float) -> tuple[list[str], mechanisms.Release]:
     """(partitions released, mechanism release) for one window's bounded sums by partition.
 
-    `sums`: a pandas Series of int64 units of `quantum` (`BoundContributions`), or for `plan.counts_units`
-    a DataFrame with columns sum (units of `quantum`) and units (users).
+    `sums`: a pandas Series of integer units of `quantum` (int64, or Python ints beyond it; `BoundContributions`),
+    or for `plan.counts_units` a DataFrame with columns sum (units of `quantum`) and units (users).
     """
     if plan.selects:
         observed = [str(p) for p in sums.index]
@@ -88,7 +88,7 @@ def moment_parts(plan: HistogramPlan, parts, rng, bounds: tuple[ContributionBoun
                  partitions: list[str] | None = None) -> list[np.ndarray]:
     """The noisy parts of a mean or a variance for one window, per partition (`partitions`, default the listed
     ones): the noisy record count, the noisy centred sum and (variance) the noisy sum of squares
-    (`specs.moment_bounds`; pandas Series of int64 units of each part's quantum; partitions without records count
+    (`specs.moment_bounds`; pandas Series of integer units of each part's quantum (int64 or Python ints); partitions without records count
     0). Privacy: one Gaussian mechanism per part, whose shifts over their sigmas add up to the planned event, or
     (Laplace) one Laplace mechanism per part and cell at the count's ratio of sensitivity to scale
     (`planning.histogram._moments_draft`); over unknown partitions, on the partitions the selection chose."""

@@ -1,7 +1,7 @@
 """`PeakWindow`: per period, the window with the largest total, by Gaussian report-noisy-max.
 
 A period groups consecutive windows (e.g. the days of a 30-day period, or of a
-calendar month: `planning.peak_groups`). Each window's total (the exact int64 sum over partitions of
+calendar month: `planning.peak_groups`). Each window's total (the exact integer sum over partitions of
 the bounded sums, `fixedpoint.total`) is divided by the release's public
 maximum with one correct rounding (`fixedpoint.rounded_quotient`) and clipped
 to [0, 1]; the index of the largest total plus N(0, sigma^2) is released

@@ -88,7 +88,8 @@ def query_bounds(plan: SvtPlan, bounds: ContributionBounds) -> ContributionBound
 
 
 def window_query(metric: str, maximum: float, sums, quantum: float) -> float:
-    """One window's query in [0, 1] from its bounded per-partition sums (an int64 Series of units of `quantum`).
+    """One window's query in [0, 1] from its bounded per-partition sums (a Series of integer units of `quantum`:
+    int64, or Python ints beyond it).
 
     Totals are exact (`fixedpoint.total`); the quotient is rounded once (`fixedpoint.rounded_quotient`).
     """

@@ -12,7 +12,7 @@ Gaussian(sigma, Linf sqrt(min(k, L0))) for the counts; all composed by the plan.
 Proof: the mechanisms' (`exponential_top_k`, `count_mle`); sensitivities from `BoundContributions`
 (docs/proofs/pipelines.transforms.bounding.BoundContributions.md).
 Caller must ensure: the partition list is public; `seed` only in tests.
-Numerics: the bounded sums are exact int64 units of the bounds' quantum; the
+Numerics: the bounded sums are exact integer units of the bounds' quantum (int64 or Python ints); the
 counts reach the grid exactly (`mechanisms.count_mle` with the quantum), the
 scores are their float64 values (idealised, as the mechanism's logits).
 Runtime: O(number of partitions) per window.
@@ -32,7 +32,7 @@ from dpstream.pipelines.transforms.windowing import release_rng, window_bounds_i
 def topk_release(plan: TopKPlan, sums, rng, quantum: float) -> tuple[list[str], mechanisms.Release, mechanisms.Release | None]:
     """(chosen partitions in rank order, selection release, counts release or None) for one window.
 
-    `sums`: int64 units of `quantum` by partition (`BoundContributions`).
+    `sums`: integer units of `quantum` by partition (int64 or Python ints; `BoundContributions`).
     """
     partitions = list(plan.spec.partitions)
     units = sums.reindex(partitions, fill_value=0).to_numpy()

@@ -1,5 +1,6 @@
 """Readers: every format gives the same EVENT_SCHEMA batches; bad rows name file, row and column."""
 import json
+import re
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -93,7 +94,7 @@ def test_timestamp_formats_and_time_zones(values, fmt, zone, expected):
 def test_bad_iso_date_in_csv_names_file_line_and_column(tmp_path):
     rows = [dict(ROWS[0]) for _ in range(15)] + [dict(ROWS[0], time_hour="2013-13-01")]
     path = _write(tmp_path, "csv", rows)
-    with pytest.raises(InputError, match=r"flights\.csv:17: column 'time_hour': cannot parse '2013-13-01' as ISO 8601$"):
+    with pytest.raises(InputError, match=r"flights\.csv:17: column 'time_hour': not an ISO 8601 time$"):
         _read(_spec(path, "csv"))
 
 
@@ -105,7 +106,7 @@ def test_bad_value_names_row_and_column_in_every_format(tmp_path, fmt):
         rows = [dict(r, dep_delay=str(r["dep_delay"])) for r in rows]
     path = _write(tmp_path, fmt, rows)
     row = {"csv": 4, "jsonl": 3, "parquet": 3}[fmt]
-    with pytest.raises(InputError, match=rf"flights\.{fmt}:{row}: column 'dep_delay': cannot parse 'late' as a number"):
+    with pytest.raises(InputError, match=rf"flights\.{fmt}:{row}: column 'dep_delay': not a number$"):
         _read(_spec(path, fmt))
 
 
@@ -115,7 +116,8 @@ def test_missing_user_and_nonexistent_local_time(tmp_path):
     with pytest.raises(InputError, match=r"x\.jsonl:3: column 'u': missing value"):
         _read(InputSpec("jsonl", str(path), "u", "t", "p", timestamp_format="epoch_s"))
     path.write_text('{"u": "a", "t": "2013-03-10T02:30:00", "p": "x"}\n')
-    with pytest.raises(InputError, match=r"x\.jsonl:1: column 't': local time 2013-03-10 02:30:00 does not exist or is ambiguous in time zone America/New_York"):
+    with pytest.raises(InputError, match=r"x\.jsonl:1: column 't': a local time that does not exist or is ambiguous in time zone "
+                                         r"America/New_York \(a daylight-saving change\)$"):
         _read(InputSpec("jsonl", str(path), "u", "t", "p", timezone="America/New_York"))
 
 
@@ -142,3 +144,63 @@ def test_check_input_reads_headers_only(tmp_path):
     with pytest.raises(InputError, match=r"input\.path '.*nothing\*\.csv': no such file"):
         check_input(InputSpec("csv", str(tmp_path / "nothing*.csv"), "u", "t", "p"))
     assert check_input(_spec(path, "csv")) == [str(path)]
+
+
+SECRET = "SECRET-ROW-VALUE"
+GOOD = "a,2013-01-01T10:00:00Z,x,1\n"
+RAW_VALUE_CASES = [
+    # (case, format, file contents, InputSpec keywords, the message after "FILE:", the raw text it must not hold)
+    ("value not a number", "csv", f"u,t,p,v\n{GOOD}b,2013-01-01T10:00:00Z,x,{SECRET}\n", {},
+     r"3: column 'v': not a number$", SECRET),
+    ("time not ISO 8601", "csv", f"u,t,p,v\n{GOOD}b,{SECRET},x,1\n", {}, r"3: column 't': not an ISO 8601 time$", SECRET),
+    ("epoch seconds under iso8601", "csv", f"u,t,p,v\n{GOOD}b,1260759144,x,1\n", {"timestamp_format": "iso8601"},
+     r"3: column 't': not an ISO 8601 time$", "1260759144"),
+    ("epoch time not a number", "csv", f"u,t,p,v\nb,{SECRET},x,1\n", {"timestamp_format": "epoch_s"},
+     r"2: column 't': not a finite number \(timestamp_format epoch_s\)$", SECRET),
+    ("epoch time out of range", "jsonl", '{"u": "b", "t": 1.2345678e300, "p": "x", "v": 1}\n', {},
+     r"1: column 't': a number out of range for timestamp_format epoch_s", "2345678"),
+    ("local time that does not exist", "jsonl", '{"u": "b", "t": "2013-03-10T02:31:17", "p": "x", "v": 1}\n',
+     {"timezone": "America/New_York"}, r"1: column 't': a local time that does not exist or is ambiguous", "31:17"),
+    ("key with a fraction", "jsonl", '{"u": 1234.5678, "t": 1, "p": "x", "v": 1}\n', {},
+     r"1: column 'u': not a key: a number that is not a whole number within int64", "1234.5678"),
+    ("value not finite", "csv", "u,t,p,v\nb,1,x,-inf\n", {}, r"2: column 'v': not a finite number \(NaN or infinity\)$",
+     "-inf"),
+    ("ragged CSV row", "csv", f"u,t,p,v\n{GOOD}b,1,x,1,{SECRET}\n", {}, r"3: expected 4 fields, got 5$", SECRET),
+    ("CSV field not UTF-8", "csv", f"u,t,p,v\n{GOOD}".encode() + SECRET.encode() + b"\xff,1,x,1\n", {},
+     r"3: column 'u': not UTF-8 text$", SECRET),
+    ("JSON line not JSON", "jsonl", f'{{"u": "a", "t": 1, "p": "x", "v": 1}}\n{{"u": {SECRET}}}\n', {},
+     r"2: not valid JSON: Expecting value$", SECRET),
+]
+
+
+@pytest.mark.parametrize("case, fmt, contents, options, message, raw", RAW_VALUE_CASES,
+                         ids=[case[0] for case in RAW_VALUE_CASES])
+def test_bad_rows_are_named_by_row_column_and_kind_never_by_their_raw_value(tmp_path, case, fmt, contents, options,
+                                                                             message, raw):
+    """Issue 32: a run's failure reason is stored in the ledger and shown by `budget history`, so an input error
+    names file, row and column and the kind of problem, never the value itself."""
+    path = tmp_path / f"f.{fmt}"
+    path.write_bytes(contents if isinstance(contents, bytes) else contents.encode())
+    with pytest.raises(InputError) as caught:
+        _read(InputSpec(fmt, str(path), "u", "t", "p", "v", **options))
+    text = str(caught.value)
+    assert text.startswith(f"{path}:") and re.search(message, text[len(str(path)) + 1:]), text
+    assert raw not in text, text
+
+
+def test_pyarrow_and_pubsub_messages_that_quote_data_are_not_passed_on():
+    """pyarrow's CSV parse error quotes the row ("Expected 3 columns, got 1: <row>"): only its kind is kept; a Pub/Sub
+    message that is not JSON or not UTF-8 is named by its id and the position, not its text."""
+    from dpstream.connectors.pubsub import PubSubSource, messages_to_events
+    from dpstream.connectors.readers import _csv_problem, _json_problem
+
+    assert _csv_problem(pa.ArrowInvalid(f"CSV parse error: Expected 3 columns, got 1: {SECRET},2013")) == \
+        "expected 3 fields, got 1"
+    for error in (f"CSV parse error: {SECRET}", f"In CSV column #0: CSV conversion error to string: invalid UTF8 {SECRET}"):
+        assert SECRET not in _csv_problem(pa.ArrowInvalid(error))
+    assert SECRET not in _json_problem(pa.ArrowInvalid(f"JSON parse error: {SECRET}"))
+    source = PubSubSource(user="u", partition="d", subscription="projects/p/subscriptions/s", timestamp_attribute="ts")
+    for data in (f'{{"u": {SECRET}}}'.encode(), b"\xff" + SECRET.encode()):
+        with pytest.raises(InputError, match=r"^projects/p/subscriptions/s: message 42: not valid JSON") as caught:
+            messages_to_events(source, [(data, 0, "42")])
+        assert SECRET not in str(caught.value) and "xff" not in str(caught.value)

@@ -231,35 +231,34 @@ def test_neighbouring_exact_sums_stay_within_grid_sensitivity_on_the_noise_grid(
 def test_sums_by_code_equal_group_sums_exactly(seed):
     """Bounding sums kept cells per partition code (`sums_by_code`); the oracle is `group_sums` over the labels
     and Python's unbounded ints, on values near the int64 limit."""
-    from dpstream.pipelines.mechanisms.fixedpoint import SUM_LIMIT, SumOverflowError, sums_by_code
+    from dpstream.pipelines.mechanisms.fixedpoint import SUM_LIMIT, sums_by_code
 
     rng = np.random.default_rng(seed)
     names = np.array([f"p{i}" for i in range(7)], dtype=object)
     codes = rng.integers(0, 7, 500)
     units = rng.integers(-(2**52), 2**52, 500, dtype=np.int64)
-    present, totals, counts = sums_by_code(codes, units, names)
+    present, totals, counts = sums_by_code(codes, units)
     expected = group_sums(pd.Series(units, index=names[codes]))
     assert list(names[present]) == list(expected.index) and totals.tolist() == expected.tolist()
     assert totals.tolist() == [sum(int(u) for u, c in zip(units, codes) if c == p) for p in present]
     assert counts.tolist() == [int((codes == p).sum()) for p in present]
-    huge = np.full(4, 2**61, dtype=np.int64)  # one partition past 2**62 units: refused, never wrapped
-    with pytest.raises(SumOverflowError, match="partition 'p0'"):
-        sums_by_code(np.zeros(4, dtype=np.int64), huge, names)
-    assert sums_by_code(np.arange(4), huge, names)[1].tolist() == [2**61] * 4 and 4 * 2.0**61 > SUM_LIMIT
+    huge = np.full(4, 2**61, dtype=np.int64)  # one partition at 2**63 units: exact in Python ints, never wrapped
+    beyond = sums_by_code(np.zeros(4, dtype=np.int64), huge)[1]
+    assert beyond.dtype == object and beyond.tolist() == [2**63]
+    assert sums_by_code(np.arange(4), huge)[1].tolist() == [2**61] * 4 and 4 * 2.0**61 > SUM_LIMIT
     spread = 10**12  # codes far apart take the sorting path instead of the bincount: the same answers
     sparse, sparse_totals, sparse_counts = sums_by_code(codes * spread, units)
     assert (sparse.tolist(), sparse_totals.tolist(), sparse_counts.tolist()) == (
         [p * spread for p in present], totals.tolist(), counts.tolist())
-    with pytest.raises(SumOverflowError):
-        sums_by_code(np.zeros(4, dtype=np.int64) + spread, huge)
+    assert sums_by_code(np.zeros(4, dtype=np.int64) + spread, huge)[1].tolist() == [2**63]
 
 
 @pytest.mark.parametrize("seed", range(3))
 def test_label_sums_and_the_shard_merge_equal_group_sums(seed):
     """Window sums (`label_sums`) and the merge of a window's shards (`SumSeriesFn`, which takes the same path for
     Series) against `group_sums` on the concatenated parts: same labels, same order, same int64 values, same index
-    dtype; with counts, the number of items per label. A shard sum past 2**62 units is refused, never wrapped."""
-    from dpstream.pipelines.mechanisms.fixedpoint import SumOverflowError, label_sums
+    dtype; with counts, the number of items per label. A shard sum past int64 is exact (Python ints), never wrapped."""
+    from dpstream.pipelines.mechanisms.fixedpoint import label_sums
     from dpstream.pipelines.transforms.aggregation import SumSeriesFn
 
     rng = np.random.default_rng(seed)
@@ -276,7 +275,250 @@ def test_label_sums_and_the_shard_merge_equal_group_sums(seed):
     with_counts = label_sums(labels, np.concatenate([part.to_numpy() for part in parts]), counts=True)
     assert with_counts["sum"].tolist() == expected.tolist() and list(with_counts.index) == list(expected.index)
     assert with_counts["units"].tolist() == [int((labels == name).sum()) for name in expected.index]
-    huge = [pd.Series([2**61, 2**60], index=pd.Index(["a", "b"])) for _ in range(3)]  # a: 1.5 * 2**62
-    for merge in (lambda: group_sums(pd.concat(huge)), lambda: combine.extract_output(huge)):
-        with pytest.raises(SumOverflowError, match="partition 'a'"):
-            merge()
+    huge = [pd.Series([2**61, 2**60], index=pd.Index(["a", "b"])) for _ in range(5)]  # a: 5 * 2**61 > 2**63
+    for merged in (group_sums(pd.concat(huge)), combine.extract_output(huge)):
+        assert merged.to_dict() == {"a": 5 * 2**61, "b": 5 * 2**60} and merged.dtype == object
+
+
+# -- sums beyond int64 (issue 32): exact, never an error ----------------------------------------------------------
+
+
+def _items_near_the_int64_limit(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """(labels, int64 units) of kept cells: 'up' and 'down' add up to about +-2**67 and +-2**66 (far past int64),
+    'edge' to exactly 2**63 - 1 (the largest int64, its |terms| past the fast path's limit), 'cancel' to a small
+    number from terms of about +-2**62, 'small' stays small; shuffled. Every cell is at most 2**62 units, as a
+    user's cell is (max_contributions 2**30 units at most)."""
+    near = lambda n: (2**62 - rng.integers(0, 2**20, n)).astype(np.int64)  # noqa: E731
+    labels = ["up"] * 40 + ["down"] * 20 + ["edge"] * 2 + ["cancel"] * 30 + ["small"] * 500
+    units = np.concatenate([near(40), -near(20), np.array([2**62, 2**62 - 1]), near(15), -near(15),
+                            rng.integers(-(2**30), 2**30, 500)]).astype(np.int64)
+    order = rng.permutation(units.size)
+    return np.array(labels, dtype=object)[order], units[order]
+
+
+def _python_sums(labels: np.ndarray, units: np.ndarray) -> dict[str, int]:
+    sums: dict[str, int] = {}
+    for label, unit in zip(labels.tolist(), units.tolist()):  # Python ints: the oracle
+        sums[label] = sums.get(label, 0) + unit
+    return dict(sorted(sums.items()))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_sums_near_and_beyond_int64_equal_python_ints_on_every_aggregation_path(seed):
+    """The window's cells summed per partition (`code_sums`, as `_BoundWindow` does, with and without counts),
+    `sums_by_code` on sparse codes, the merge of a window's user shards (`SumSeriesFn`, merged in two rounds as
+    combiner lifting does), `group_sums` of Series, DataFrames and (partition, bucket) labels, and `total`: every
+    sum is the Python-int sum, past int64 or not; a result is int64 exactly when all its sums fit."""
+    from dpstream.pipelines.mechanisms.fixedpoint import code_sums, label_sums, sums_by_code, total
+    from dpstream.pipelines.transforms.aggregation import SumSeriesFn, empty_sums_and_units
+
+    rng = np.random.default_rng(seed)
+    labels, units = _items_near_the_int64_limit(rng)
+    expected = _python_sums(labels, units)
+    assert expected["edge"] == 2**63 - 1 and expected["up"] > 2**66 and expected["down"] < -(2**65)
+    assert abs(expected["cancel"]) < 2**40
+
+    def check(result, dtype=object):
+        assert list(result.index) == list(expected) and result.to_dict() == expected and result.dtype == dtype
+        assert all(type(value) is int for value in result.to_numpy()) or dtype == np.int64
+
+    codes, names = pd.factorize(labels)
+    check(code_sums(codes, names, units))
+    with_counts = code_sums(codes, names, units, counts=True)
+    check(with_counts["sum"])
+    assert with_counts["units"].to_dict() == {name: int((labels == name).sum()) for name in expected}
+    present, sums, _ = sums_by_code(codes.astype(np.int64) * 10**12, units)  # the sorting path
+    assert dict(zip(names[present // 10**12], sums.tolist())) == expected
+    check(group_sums(pd.Series(units, index=labels)))
+    buckets = pd.MultiIndex.from_arrays([labels, np.zeros(labels.size, dtype=np.int64)])
+    assert {label: value for (label, _), value in group_sums(pd.Series(units, index=buckets)).items()} == expected
+
+    shards = [slice(i, None, 7) for i in range(7)]  # a window's user shards, then their merge
+    parts = [label_sums(labels[shard], units[shard]) for shard in shards]
+    combine = SumSeriesFn()
+    halves = [combine.merge_accumulators([combine.add_input([], part) for part in parts[:3]]),
+              combine.merge_accumulators([combine.add_input([], part) for part in parts[3:]])]
+    check(combine.extract_output(combine.merge_accumulators(halves)))
+    check(group_sums(pd.concat(parts)))
+    frames = [label_sums(labels[shard], units[shard], counts=True) for shard in shards]
+    merged = SumSeriesFn(empty_sums_and_units).extract_output(frames)  # the DataFrame (sum, units) path
+    check(merged["sum"])
+    assert merged["units"].dtype == np.int64 and merged["units"].sum() == labels.size
+    assert total(combine.extract_output(parts)) == sum(expected.values()) == sum(units.tolist())
+
+    inside = np.isin(labels, ["edge", "cancel", "small"])  # the same numbers inside int64: int64, as always
+    fitting = {name: expected[name] for name in ("cancel", "edge", "small")}
+    for result in (code_sums(*pd.factorize(labels[inside]), units[inside]), group_sums(pd.Series(units[inside],
+                                                                                              index=labels[inside]))):
+        assert result.dtype == np.int64 and result.to_dict() == fitting
+
+
+def test_the_noise_grid_takes_sums_beyond_int64_exactly_and_int64_numbers_alike():
+    """`to_grid` of Python ints gives the int64 path's grid units for the same numbers (so which path summed a
+    partition never changes a release), and for numbers past int64 the exact round-half-up quotient, clipped."""
+    from dpstream.pipelines.mechanisms.noise import MAX_GRID_UNITS
+
+    rng = np.random.default_rng(3)
+    inside = np.concatenate([rng.integers(-(2**63), 2**63 - 1, 200, dtype=np.int64), rng.integers(-2000, 2000, 200),
+                             np.array([-(2**63), 2**63 - 1, 0, 1, -1], dtype=np.int64)]).astype(np.int64)
+    beyond = np.array([2**63, -(2**63) - 1, 3 * 2**70 + 12345, -(5 * 2**80) - 1, 2**200], dtype=object)
+    limit = int(MAX_GRID_UNITS)
+    for shift in (-7, -1, 0, 1, 5, 20, 40, 62, 63, 64, 90):
+        quantum, step = 2.0**-30, 2.0 ** (shift - 30)
+        expected, exact = to_grid(inside, step, quantum)
+        got, got_exact = to_grid(inside.astype(object), step, quantum)
+        assert np.array_equal(got, expected) and got_exact == exact == (shift <= 0)
+        oracle = [k << -shift if shift <= 0 else (k + (1 << (shift - 1))) >> shift for k in beyond.tolist()]
+        grid, _ = to_grid(beyond, step, quantum)
+        assert grid.tolist() == [float(min(max(k, -limit), limit)) for k in oracle]
+
+
+@pytest.mark.parametrize("mechanism", ["laplace", "gaussian", "gaussian_threshold", "truncated_gaussian", "count_mle",
+                                       "distinct_threshold"])
+def test_mechanisms_release_the_same_values_from_python_ints_and_take_sums_beyond_int64(mechanism):
+    """Every mechanism that adds noise to bounded sums, with the same seed: the same numbers as int64 or as Python
+    ints give bit-identical releases; sums past int64 give a release (grid units clipped as always) instead of an
+    error."""
+    from dpstream.pipelines import mechanisms
+    from dpstream.pipelines.mechanisms.noise import SecureRandom
+
+    quantum = 2.0**-20
+    sums = np.array([2**62 + 2**61, 5 * 2**40, 3, 2**40, 7 * 2**44], dtype=np.int64)
+    users = np.array([9, 4, 1, 3, 2], dtype=np.int64)
+
+    def release(values, counts):
+        rng = SecureRandom(17)
+        if mechanism in ("laplace", "gaussian"):
+            return getattr(mechanisms, mechanism)(values, 2.0**25, rng, sensitivity=1000.0, quantum=quantum).value
+        if mechanism == "count_mle":
+            return mechanisms.count_mle(values, 2.0**25, rng, sensitivity=1000.0, quantum=quantum).value
+        if mechanism == "distinct_threshold":
+            kept, noisy = mechanisms.distinct_threshold(counts, values, 1.0, 2.0**25, rng, unit_value=2.0**20,
+                                                        linf=2.0**30, delta=1e-6, quantum=quantum).value
+            return np.concatenate([kept.astype(float), noisy])
+        kept, noisy = getattr(mechanisms, mechanism)(values, 2.0**25, 1000.0, rng, delta=1e-6,
+                                                     quantum=quantum).value
+        return np.concatenate([kept.astype(float), noisy])
+
+    if mechanism == "distinct_threshold":  # a counting job: every record worth unit_value (2**40 units)
+        sums = users * np.array([4, 5, 1, 1, 7], dtype=np.int64) * 2**40  # records >= users
+    as_ints = release(sums, users)
+    assert np.array_equal(release(sums.astype(object), users), as_ints)
+    assert np.array_equal(release(sums.astype(object), users.astype(object)), as_ints)
+    beyond = sums.astype(object) * 2**30  # past int64
+    assert beyond[0] > 2**63
+    assert np.isfinite(release(beyond, users)).all()
+
+
+def test_window_query_and_peak_totals_take_sums_beyond_int64():
+    """svt's window query (`window_query`) and peak's window totals (`fixedpoint.total`) of sums past int64: the
+    exact quotient, rounded once, clipped to [0, 1]."""
+    from dpstream.pipelines.mechanisms.fixedpoint import exact_value, rounded_quotient, total
+    from dpstream.pipelines.transforms.svt import window_query
+
+    sums = pd.Series(np.array([2**64, -(2**63) - 5, 7], dtype=object), index=["a", "b", "c"])
+    assert total(sums) == 2**63 + 2
+    quantum = 2.0**-40
+    maximum = float(2**25)
+    assert window_query("sum", maximum, sums, quantum) == min(rounded_quotient(exact_value(2**63 + 2, quantum),
+                                                                               maximum), 1.0)
+    assert window_query("sum", 2.0**60, sums, quantum) == rounded_quotient(exact_value(2**63 + 2, quantum), 2.0**60)
+
+
+SCALE = 2**32
+"""A record at the bound is worth about 2**30 units: reaching 2**63 in one partition and window takes 2**33 such
+records, too many for a test. The DirectRunner tests below shrink the unit instead: each record's units are
+multiplied by SCALE (`to_units` patched in `bounding`), so a record at the bound is worth about 2**62 units
+(still an int64 cell) and a few users take a partition far past int64, through the pipeline's own DoFns,
+combiners and shard merges."""
+BIG_BOUNDS = ContributionBounds(max_partitions=1, max_contributions=1, min_value=-1000.0, max_value=1000.0)
+
+
+def _big_records() -> pa.RecordBatch:
+    """Window 0: 9 users at +1000 in 'hot' (about 2**65.1 units once scaled), 6 at -1000 in 'neg', 3 small in
+    'cold'; window 1: 2 users at 999.75 in 'hot' (just below 2**63 units: int64 again), 2 in 'cold'. One record per user and window: nothing is
+    sampled away, so the oracle is the plain sum."""
+    rows = ([(f"h{i}", 0, "hot", 1000.0) for i in range(9)] + [(f"n{i}", 0, "neg", -1000.0) for i in range(6)]
+            + [(f"c{i}", 0, "cold", 1.5 * (i + 1)) for i in range(3)]
+            + [(f"h{i}", 1, "hot", 999.75) for i in range(2)] + [(f"c{i}", 1, "cold", -0.25) for i in range(2)])
+    users, days, partitions, values = zip(*rows)
+    seconds = START + np.array(days) * DAY + 3600.0 + np.arange(len(rows))
+    return events(list(users), seconds, list(partitions), list(values))
+
+
+def _big_oracle(batch: pa.RecordBatch, bounds: ContributionBounds) -> dict[int, dict[str, int]]:
+    return {index: {p: units * SCALE for p, units in sums.items()} for index, sums in _oracle(batch, bounds).items()}
+
+
+def _scaled_units(monkeypatch) -> None:
+    from dpstream.pipelines.transforms import bounding
+
+    monkeypatch.setattr(bounding, "to_units", lambda values, quantum: to_units(values, quantum) * SCALE)
+
+
+@pytest.mark.parametrize("shards, units", [(1, False), (3, False), (3, True)])
+def test_direct_runner_sums_past_int64_are_exact_instead_of_an_error(monkeypatch, shards, units):
+    """BoundContributions + PerWindowSums on the DirectRunner, one and three user shards, with and without the
+    users per partition: a partition past int64 (which raised SumOverflowError before issue 32) gets its exact
+    sum; the others keep theirs (int64 in a window where every sum fits)."""
+    from dpstream.pipelines.transforms.aggregation import empty_sums, empty_sums_and_units
+
+    _scaled_units(monkeypatch)
+    batch = _big_records()
+    expected = _big_oracle(batch, BIG_BOUNDS)
+    assert expected[0]["hot"] > 2**65 and expected[0]["neg"] < -(2**64) and max(expected[1].values()) < 2**63
+    path = os.path.join(tempfile.mkdtemp(prefix="dpstream-big-"), "sums.json")
+
+    def store(actual):
+        with open(path, "w") as handle:
+            json.dump(actual, handle)
+
+    def row(element):
+        index, sums = element
+        column = sums["sum"] if units else sums
+        users = {} if not units else {str(p): int(v) for p, v in sums["units"].items()}
+        return [index, str(column.dtype), {str(p): int(v) for p, v in column.items()}, users]
+
+    with TestPipeline() as pipeline:
+        sums = (pipeline | beam.Create([batch.slice(0, 7), batch.slice(7)])
+                | BoundContributions(BIG_BOUNDS, WINDOW, seed=SEED, shards=shards, units=units)
+                | PerWindowSums(WINDOW, empty_sums_and_units if units else empty_sums))
+        assert_that(sums | beam.Map(row), store)
+    with open(path) as handle:
+        rows = {index: (dtype, got, users) for index, dtype, got, users in json.load(handle)}
+    assert sorted(rows) == [0, 1]
+    assert rows[0][:2] == ("object", expected[0]) and rows[1][:2] == ("int64", expected[1])
+    if units:
+        assert rows[0][2] == {"cold": 3, "hot": 9, "neg": 6} and rows[1][2] == {"cold": 2, "hot": 2}
+
+
+def test_release_graph_over_sums_past_int64_gives_rows_equal_to_the_mechanisms_on_exact_sums(monkeypatch):
+    """The whole release graph (histogram over listed and over unknown partitions, top-k with counts, peak) on
+    the DirectRunner, on partitions past int64: every release gives its rows, where SumOverflowError failed the run
+    before; the listed histogram's values are those of its mechanism on the exact (Python-int) sums."""
+    from dpstream.pipelines.config.specs import HistogramSpec, PeakSpec, TopKSpec
+    from dpstream.pipelines.mechanisms import clamp_to_range
+    from dpstream.pipelines.planning import plan_job
+    from dpstream.pipelines.transforms.histogram import histogram_release
+    from dpstream.pipelines.transforms.windowing import iso, release_rng
+    from tests.pipelines.helpers import graph_rows
+
+    _scaled_units(monkeypatch)
+    listed = ("cold", "hot", "neg", "none")
+    releases = (HistogramSpec("known", partitions=listed), HistogramSpec("unknown"),
+                TopKSpec("top", k=2, partitions=listed, counts=True), PeakSpec("peak", period=2 * DAY, maximum=1e6))
+    plan = plan_job(releases, BIG_BOUNDS, WINDOW, 3.0, 1e-6)
+    batch = _big_records()
+    rows = graph_rows(beam.Create([batch]), releases, plan, BIG_BOUNDS, WINDOW, SEED)
+    expected = _big_oracle(batch, BIG_BOUNDS)
+    assert {name: bool(found) for name, found in rows.items()} == {"known": True, "unknown": True, "top": True,
+                                                                   "peak": True}
+    for index in range(WINDOW.count):
+        sums = pd.Series(expected[index], dtype=object).sort_index()
+        _, release = histogram_release(plan["known"], sums, release_rng(SEED, "known", index), BIG_BOUNDS.quantum)
+        values = clamp_to_range(release.value, *plan["known"].value_range)
+        start = iso(WINDOW.bounds(index)[0])
+        got = {r["partition"]: r["value"] for r in rows["known"] if r["window_start"] == start}
+        assert got == dict(zip(listed, values.tolist()))
+    top0 = sorted((r for r in rows["top"] if r["window_start"] == iso(WINDOW.bounds(0)[0])), key=lambda r: r["rank"])
+    assert top0[0]["partition"] == "hot"  # 2**65 units ahead of the rest: the exponential mechanism's clear pick
