@@ -77,10 +77,21 @@ timestamps lie in those periods, and its events bound the privacy loss of
 one user x period unit (the runner charges a job the periods its windows
 overlap, and `pipelines.planning.job` prices one unit period).
 Proof: docs/proofs/accounting.ledger.periods.md.
+Privacy units (`accounting.ledger.units`, table `dpstream_scope_units`): a
+scope serves one unit, user or user x period of one grid (length, time zone,
+and for fixed periods where they start). A period scope's unit is its grid; a
+plain scope's is fixed by `budget init --unit user` or by the first job it
+admits (`open_run`, `open_stream`, `spend` with `unit=`), and a job of another
+unit is refused, recording and debiting nothing (a unit of one grid overlaps
+two of another, so one filter would bound neither). `unit=None` (manual
+spends, older callers) is not checked.
 Streams (`open_stream`, `debit_stream`, `renew_stream`, `end_stream`; tables
 `dpstream_streams`, `dpstream_stream_periods`) pay a period scope one period
 at a time, when a streaming job's first window touching the period is about
-to be published, and may be resumed (`accounting.ledger.streams`).
+to be published, and may be resumed (`accounting.ledger.streams`). What a
+stream published is journaled with its bytes in the transaction that paid for
+it (`publish_stream_window`; table `dpstream_stream_journal`), and only
+journaled bytes are ever published (`accounting.ledger.journal`).
 Refused on period scopes: SVT monitors (`open_run` with monitors),
 whose sealed state spans runs and so periods, while the monitor's budget is
 debited only once. Monitors are refused too on scopes whose filter is not an
@@ -96,7 +107,8 @@ The two new tables are created when missing by any `Ledger(url, create=True)`
 """
 from __future__ import annotations
 
-from dpstream.accounting.ledger.errors import LedgerConflict, LedgerError, UnknownScopeError
+from dpstream.accounting.ledger.errors import LedgerConflict, LedgerError, UnitMismatchError, UnknownScopeError
+from dpstream.accounting.ledger.journal import Artifact, FileDigest, PublishAnswer
 from dpstream.accounting.ledger.periods import MAX_PERIODS_PER_SPEND, PeriodGrid, Periods, check_unit_period
 from dpstream.accounting.ledger.records import (
     PUBLISHED,
@@ -120,10 +132,13 @@ from dpstream.accounting.ledger.store import (
     resolve_url,
 )
 from dpstream.accounting.ledger.streams import STREAM_STATES, StreamMonitor, StreamRecord, StreamTicket
+from dpstream.accounting.ledger.units import PrivacyUnit
 
 __all__ = [
+    "Artifact",
     "DEFAULT_LEASE_SECONDS",
     "DEFAULT_URL",
+    "FileDigest",
     "LEDGER_ENV",
     "Ledger",
     "LedgerConflict",
@@ -135,6 +150,8 @@ __all__ = [
     "PeriodGrid",
     "Periods",
     "PeriodsView",
+    "PrivacyUnit",
+    "PublishAnswer",
     "PUBLISHED",
     "RUN_OUTCOMES",
     "ReleaseRecord",
@@ -146,6 +163,7 @@ __all__ = [
     "StreamMonitor",
     "StreamRecord",
     "StreamTicket",
+    "UnitMismatchError",
     "UnknownScopeError",
     "check_unit_period",
     "parse_filter_spec",

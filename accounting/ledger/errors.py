@@ -12,3 +12,7 @@ class LedgerConflict(LedgerError):
 
 class UnknownScopeError(LedgerError):
     """The ledger has no scope of that name (the one error for which `dpstream budget init` is the advice)."""
+
+
+class UnitMismatchError(LedgerError):
+    """A job's privacy unit differs from the one its scope serves (`accounting.ledger.units`); nothing was written."""

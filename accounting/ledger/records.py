@@ -10,6 +10,7 @@ import sqlalchemy as sa
 from dpstream.accounting.events import Event
 from dpstream.accounting.filters import PrivacyFilter
 from dpstream.accounting.ledger.periods import PeriodGrid, Periods
+from dpstream.accounting.ledger.units import PrivacyUnit
 
 PERIOD_SCOPE = "period-scope"  # the `filter` tag of a period scope's filter_state JSON
 
@@ -171,7 +172,8 @@ class PeriodsView:
 @dataclass(frozen=True)
 class ScopeView:
     """A scope's public view (`Ledger.show`): budget, filter rule and public state, releases, monitors; on a period
-    scope, its period grid (`unit_period`) and `periods`."""
+    scope, its period grid (`unit_period`) and `periods`; the privacy unit it serves (`unit`; None: a plain scope
+    whose first job has not fixed it yet) and how it was fixed (`unit_fixed`)."""
 
     scope: str
     epsilon: float
@@ -186,6 +188,8 @@ class ScopeView:
     unit_period: PeriodGrid | None = None
     periods: PeriodsView | None = None
     retired: str | None = None  # "AT (REASON)" once `budget retire` ended the scope
+    unit: PrivacyUnit | None = None
+    unit_fixed: str | None = None  # "at AT by 'LABEL'", or "by its budget per P period"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready, as `dpstream budget show --json` prints it."""
@@ -193,7 +197,9 @@ class ScopeView:
                "rule": self.rule, "state": self.state, "halted": self.halted, "releases": self.releases,
                "monitors": [m.to_dict() for m in self.monitors], "created_at": self.created_at,
                "unit_period": None if self.unit_period is None else self.unit_period.text,
-               "unit_period_grid": None if self.unit_period is None else self.unit_period.to_dict(), "retired": self.retired}
+               "unit_period_grid": None if self.unit_period is None else self.unit_period.to_dict(), "retired": self.retired,
+               "privacy_unit": None if self.unit is None else {**self.unit.to_dict(), "text": self.unit.text,
+                                                               "fixed": self.unit_fixed}}
         if self.periods is not None:
             out.update({"periods_spent": self.periods.spent, "periods_halted": self.periods.halted,
                         "largest_spent": self.periods.largest_spent, "first_period": self.periods.first,

@@ -11,7 +11,14 @@
 - `dpstream_streams`, `dpstream_stream_periods`, `dpstream_stream_monitors`: streams that pay as their windows
   are released (`Ledger.open_stream`): the event each period is charged, the output, the session that may debit,
   each period's one decision (the release that debited it, or the refusal), and the svt monitors it answers
-  (with the release that debited a monitor's budget when the stream opened it).
+  (with the release that debited a monitor's budget when the stream opened it);
+- `dpstream_stream_journal`: the one record of what a stream published (`accounting.ledger.journal`): each
+  release's window, with its bytes, recorded in the transaction that paid for it;
+- `dpstream_run_journal`: each file a run publishes (path, size, digest), recorded with its debit;
+- `dpstream_ledger`: the ledger's own identity (a random id made when it is created or first opened by a
+  dpstream that knows it), which names it in reports and matches runs on recovery, whatever URL reached it;
+- `dpstream_scope_units`: the privacy unit a plain scope serves (`accounting.ledger.units`), fixed at `budget
+  init` or by the first job it admits (a period scope's unit is its grid, so it has no row).
 Ledgers written before a table existed gain it when opened (`upgrade`): adding a table changes no row.
 """
 from __future__ import annotations
@@ -34,6 +41,10 @@ class Tables:
     streams: sa.Table
     stream_periods: sa.Table
     stream_monitors: sa.Table
+    stream_journal: sa.Table
+    run_journal: sa.Table
+    identity: sa.Table
+    scope_units: sa.Table
 
 
 def define_tables() -> Tables:
@@ -145,14 +156,51 @@ def define_tables() -> Tables:
         # the debit of the monitor's budget when this stream opened it; None: it was open before
         sa.Column("release_id", sa.Integer, sa.ForeignKey("dpstream_releases.id"), nullable=True),
     )
+    stream_journal = sa.Table(
+        "dpstream_stream_journal",
+        metadata,
+        sa.Column("stream_id", sa.Integer, sa.ForeignKey("dpstream_streams.id"), primary_key=True,
+                  autoincrement=False),
+        sa.Column("release", sa.String(200), primary_key=True),
+        sa.Column("emission", sa.Integer, primary_key=True, autoincrement=False),  # the window index it emits at
+        sa.Column("rows", sa.Integer, nullable=False),
+        sa.Column("digest", sa.String(64), nullable=False),  # SHA-256 of the published bytes, hex
+        sa.Column("content", sa.LargeBinary, nullable=False),  # the published bytes, zlib-compressed
+        sa.Column("session", sa.Integer, nullable=False),  # the session that published it first
+        sa.Column("recorded_at", sa.String(40), nullable=False),
+    )
+    scope_units = sa.Table(
+        "dpstream_scope_units",
+        metadata,
+        sa.Column("scope", sa.String(200), sa.ForeignKey("dpstream_scopes.name"), primary_key=True),
+        sa.Column("unit", sa.Text, nullable=False),  # `PrivacyUnit.to_json`
+        sa.Column("fixed_at", sa.String(40), nullable=False),
+        sa.Column("fixed_by", sa.Text, nullable=False),  # the label of the job (or `budget init`) that fixed it
+    )
+    run_journal = sa.Table(
+        "dpstream_run_journal",
+        metadata,
+        sa.Column("run_id", sa.Integer, sa.ForeignKey("dpstream_runs.id"), primary_key=True, autoincrement=False),
+        sa.Column("name", sa.String(1000), primary_key=True),  # the file's path inside the output directory
+        sa.Column("size", sa.BigInteger, nullable=False),
+        sa.Column("digest", sa.String(64), nullable=False),  # SHA-256 of its bytes, hex
+    )
+    identity = sa.Table(
+        "dpstream_ledger",
+        metadata,
+        sa.Column("singleton", sa.Integer, primary_key=True, autoincrement=False),  # always 1: one row
+        sa.Column("ledger_id", sa.String(36), nullable=False),
+        sa.Column("created_at", sa.String(40), nullable=False),
+    )
     return Tables(metadata, scopes, releases, monitors, periods, release_periods, runs, retired, streams,
-                  stream_periods, stream_monitors)
+                  stream_periods, stream_monitors, stream_journal, run_journal, identity, scope_units)
 
 
 def upgrade(engine: sa.Engine, tables: Tables, existing: set[str]) -> None:
     """Create the tables a ledger written by an older dpstream lacks (`existing`: the tables it has); never
     alters an existing table."""
-    added = (tables.runs, tables.retired, tables.streams, tables.stream_periods, tables.stream_monitors)
+    added = (tables.runs, tables.retired, tables.streams, tables.stream_periods, tables.stream_monitors,
+             tables.stream_journal, tables.run_journal, tables.identity, tables.scope_units)
     missing = [t for t in added if t.name not in existing]
     if missing:
         tables.metadata.create_all(engine, tables=missing)

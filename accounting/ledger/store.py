@@ -10,6 +10,7 @@ import json
 import math
 import os
 import time
+import uuid
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any, Callable, Iterator, Mapping, Sequence
@@ -31,6 +32,16 @@ from dpstream.accounting.ledger.decisions import (
     retirement,
 )
 from dpstream.accounting.ledger.errors import LedgerConflict, LedgerError, UnknownScopeError
+from dpstream.accounting.ledger.journal import (
+    Artifact,
+    FileDigest,
+    PublishAnswer,
+    artifacts,
+    journaled,
+    record_run_files,
+    run_files,
+)
+from dpstream.accounting.ledger.journal import record as journal_artifact
 from dpstream.accounting.ledger.periods import PeriodGrid, Periods, period_runs
 from dpstream.accounting.ledger.records import (
     EXPIRED,
@@ -70,6 +81,8 @@ from dpstream.accounting.ledger.streams import (
     stream_monitors,
     stream_record,
 )
+from dpstream.accounting.ledger.units import PrivacyUnit, check_unit, record_unit, scope_unit
+from dpstream.accounting.ledger.urls import masked_url
 from dpstream.accounting.text import instant_text
 
 DEFAULT_URL = "sqlite:///dpstream-ledger.db"
@@ -131,8 +144,10 @@ class Ledger:
         raw = resolve_url(url)
         try:
             parsed = make_url(raw)
-        except sa.exc.ArgumentError as err:
-            raise LedgerError(f"ledger URL {raw!r} is not a database URL (sqlite:///FILE or postgresql://...)") from err
+        except (sa.exc.ArgumentError, ValueError):  # ValueError: a port that is not a number
+            # from None: the parser's message may quote part of the password
+            raise LedgerError(f"ledger URL {masked_url(raw)!r} is not a database URL (sqlite:///FILE or "
+                              f"postgresql://...)") from None
         backend = parsed.get_backend_name()
         if backend == "postgres":
             parsed = parsed.set(drivername="postgresql")
@@ -140,9 +155,10 @@ class Ledger:
         if backend == "postgresql":
             parsed = parsed.set(drivername="postgresql+psycopg")
         elif backend != "sqlite":
-            raise LedgerError(f"ledger URL {raw!r}: backend {backend!r} is not supported; use sqlite or postgresql")
+            raise LedgerError(f"ledger URL {masked_url(raw)!r}: backend {backend!r} is not supported; use sqlite or "
+                              f"postgresql")
         self.url = parsed
-        self.display_url = parsed.render_as_string(hide_password=True)
+        self.display_url = masked_url(parsed.render_as_string(hide_password=True))
         self.backend = backend
         if backend == "sqlite":
             self._prepare_sqlite_file(create)
@@ -167,8 +183,24 @@ class Ledger:
                     f"ledger {self.display_url} has no budget scopes yet; create one with `dpstream budget init`"
                 )
             upgrade(self.engine, tables, existing)
+            self.ledger_id = self._identity()
 
     # -- setup ------------------------------------------------------------------------------------
+
+    def _identity(self) -> str:
+        """The ledger's id (`dpstream_ledger`), made once: by the first dpstream that opens it and finds none."""
+        table = self.tables.identity
+        with self._reading() as conn:
+            found = conn.execute(sa.select(table.c.ledger_id)).scalar()
+        if found is not None:
+            return found
+        try:
+            with self._transaction() as conn:
+                conn.execute(table.insert().values(singleton=1, ledger_id=str(uuid.uuid4()), created_at=now_text()))
+        except LedgerError:  # another process made it first (the primary key is one row)
+            pass
+        with self._reading() as conn:
+            return conn.execute(sa.select(table.c.ledger_id)).scalar_one()
 
     def _prepare_sqlite_file(self, create: bool) -> None:
         path = self.url.database
@@ -250,12 +282,15 @@ class Ledger:
     # -- scopes -----------------------------------------------------------------------------------
 
     def init_scope(self, scope: str, epsilon: float, delta: float, filter_spec: str | None = None,
-                   unit_period: PeriodGrid | float | str | None = None, timezone: str = "UTC") -> ScopeView:
+                   unit_period: PeriodGrid | float | str | None = None, timezone: str = "UTC",
+                   unit: PrivacyUnit | None = None) -> ScopeView:
         """Create a budget scope with total (epsilon, delta) and its filter (see the module docstring).
 
         unit_period: None for a plain scope (one budget for all its releases); else a period scope's grid (whole
         seconds, a calendar length such as "1day" or "1month" in `timezone`, or a `PeriodGrid`), whose
         (epsilon, delta) and filter are the budget of each period.
+        unit: the privacy unit a plain scope serves (`accounting.ledger.units`; None: fixed by its first job); on
+        a period scope it must be the grid's own.
         """
         _check_name("scope", scope, 200)
         grid = None if unit_period is None else PeriodGrid.of(unit_period, timezone)
@@ -268,6 +303,11 @@ class Ledger:
             budget_filter = scope_filter(kind, float(epsilon), float(delta), **options)
         except ValueError as err:
             raise LedgerError(f"filter {kind!r}: {err}") from err
+        if unit is not None and grid is not None and unit != PrivacyUnit.of_scope(grid):
+            raise LedgerError(f"a period scope of {grid.text} serves privacy unit {PrivacyUnit.of_scope(grid).text}, "
+                              f"not {getattr(unit, 'text', repr(unit))}")
+        if unit is not None and not isinstance(unit, PrivacyUnit):
+            raise LedgerError(f"a scope's privacy unit is a PrivacyUnit, got {unit!r}")
         with self._transaction() as conn:
             exists = conn.execute(sa.select(self.scopes.c.name).where(self.scopes.c.name == scope)).first()
             if exists is not None:
@@ -285,20 +325,28 @@ class Ledger:
                     created_at=now_text(),
                 )
             )
+            if unit is not None and grid is None:
+                record_unit(self.tables, conn, scope, unit, "budget init", now_text())
         return self.show(scope)
 
-    def spend(self, scope: str, event: Event, label: str, periods: Periods | None = None) -> SpendResult:
+    def spend(self, scope: str, event: Event, label: str, periods: Periods | None = None, *,
+              unit: PrivacyUnit | None = None) -> SpendResult:
         """Atomically ask the scope's filter about `event` and record the release when admitted (a debit made
         without a run, e.g. `dpstream budget spend`; its outputs are the caller's).
 
         periods: required on a period scope (the periods the release touches, of the scope's length;
         every one of them must admit `event`, and all are debited), refused on a plain scope.
+        unit: the release's privacy unit (`accounting.ledger.units`): UnitMismatchError, writing nothing, when the
+        scope serves another; an admitted one fixes a plain scope's unit if none is; None: not checked.
         """
         _check_event(label, event, periods)
         with self._transaction() as conn:
             row = self._lock_scope(conn, scope)
+            fix_unit = check_unit(self.tables, conn, scope, scope_config(row)[0], unit)
             decision = decide(self.tables, conn, row, event, label, periods)
             release_id = decision.write(conn)
+            if fix_unit and release_id is not None and unit is not None:
+                record_unit(self.tables, conn, scope, unit, label, now_text())
         if release_id is None:
             return SpendResult(False, scope, label, None, decision.refusal or "refused")
         return SpendResult(True, scope, label, release_id, _admitted(label, release_id, scope, periods))
@@ -333,7 +381,8 @@ class Ledger:
 
     def open_run(self, scope: str, event: Event, label: str, *, periods: Periods | None = None,
                  monitors: Mapping[str, tuple[float, float, MonitorRecord | None]] | None = None,
-                 output: str | None = None, lease_seconds: float = DEFAULT_LEASE_SECONDS) -> RunTicket:
+                 output: str | None = None, lease_seconds: float = DEFAULT_LEASE_SECONDS,
+                 unit: PrivacyUnit | None = None) -> RunTicket:
         """Open a run that will publish a release of `event`: nothing is debited (`commit_run` debits).
 
         One transaction: ends the leases of runs whose lease ran out (outcome expired), asks the scope's
@@ -343,7 +392,9 @@ class Ledger:
         or None for a monitor to open, whose budget `event` includes). LedgerError, recording nothing, when a
         monitor or the output is leased to another live run, a monitor to open exists, a monitor to continue
         is missing or changed since it was read, or `event` priced by basic composition does not cover the budgets
-        of the monitors it opens.
+        of the monitors it opens. `unit`: the job's privacy unit (`accounting.ledger.units`): UnitMismatchError,
+        recording nothing, when the scope serves another; an admitted run fixes a plain scope's unit if none is;
+        None: not checked.
         """
         _check_event(label, event, periods)
         monitors = dict(monitors or {})
@@ -358,6 +409,7 @@ class Ledger:
             raise LedgerError(f"a run's lease must be a positive number of seconds, got {lease_seconds!r}")
         with self._transaction() as conn:
             row = self._lock_scope(conn, scope)
+            fix_unit = check_unit(self.tables, conn, scope, scope_config(row)[0], unit)
             clock = time.time()
             self._expire_leases(conn, clock)
             if monitors:
@@ -368,6 +420,8 @@ class Ledger:
             decision = decide(self.tables, conn, row, event, label, periods)
             if not decision.admitted:
                 decision.write(conn)
+            elif fix_unit and unit is not None:
+                record_unit(self.tables, conn, scope, unit, label, now_text())
             result = conn.execute(self.runs.insert().values(
                 scope=scope, label=label, status=RUNNING if decision.admitted else REFUSED,
                 events=json.dumps(event.to_dict()), periods=None if periods is None else json.dumps(periods.to_json()),
@@ -403,18 +457,27 @@ class Ledger:
         return view, token
 
     def commit_run(self, run_id: int, states: Mapping[str, tuple[MonitorRecord, bool]] | None = None,
-                   expect: str | None = None) -> SpendResult:
+                   expect: str | None = None, files: Sequence[FileDigest] = ()) -> SpendResult:
         """Debit a running run's release (the event fixed at `open_run`), at publication, in one transaction.
 
         `states`: every leased monitor's new sealed record and halted flag, stored and checked in; None keeps
         the monitors leased (`check_in_monitors` stores them later: a pipeline that publishes as it runs).
         `expect`: a token from `preview_run`; LedgerConflict, writing nothing, when the scope changed since.
         Refused (the filter no longer admits it): the run's outcome is refused and nothing is debited.
+        `files`: what the run will publish, journaled with the debit (`run_files`).
         LedgerError when the run is no longer running (its lease expired and was ended, or it was released).
         """
         with self._transaction() as conn:
             result, _, _ = self._commit_locked(conn, run_id, states, expect)
+            if result.admitted:
+                record_run_files(self.tables, conn, run_id, files)
         return result
+
+    def run_files(self, run_id: int) -> tuple[FileDigest, ...]:
+        """The files journaled with run `run_id`'s debit (`commit_run(files=...)`), by path."""
+        with self._reading() as conn:
+            self._run_row(conn, run_id, lock=False)
+            return run_files(self.tables, conn, run_id)
 
     def _commit_locked(self, conn: sa.Connection, run_id: int, states: Mapping[str, tuple[MonitorRecord, bool]] | None,
                        expect: str | None) -> tuple[SpendResult, str, sa.Row]:
@@ -466,7 +529,7 @@ class Ledger:
 
     def open_stream(self, scope: str, event: Event, label: str, *, output: str, job: str,
                     lease_seconds: float = DEFAULT_LEASE_SECONDS, monitors: Mapping[str, StreamMonitor] | None = None,
-                    opening: Event | None = None) -> StreamTicket:
+                    opening: Event | None = None, unit: PrivacyUnit | None = None) -> StreamTicket:
         """Open a stream that pays `event` per step as it publishes into `output` (`accounting.ledger.streams`):
         per period of a period scope, per window of a plain scope. Or resume the stream of the same `job` (a digest
         of the public job) into `output` that stopped, was killed or lost its lease: it keeps its decided steps
@@ -478,7 +541,9 @@ class Ledger:
         sealed after each window (`seal_stream_monitor`). A new one (record None) is opened here: `opening`, the
         composition of the new monitors' budgets, is debited once, in this transaction, and each gets its
         `initial` record; a monitor to continue must still have the record the caller read. A refused opening
-        raises LedgerError("refused: ...") and records nothing."""
+        raises LedgerError("refused: ...") and records nothing. `unit`: the job's privacy unit
+        (`accounting.ledger.units`): UnitMismatchError, recording nothing, when the scope serves another; an opened
+        stream fixes a plain scope's unit if none is; None: not checked."""
         _check_event(label, event, None)
         monitors = dict(monitors or {})
         for name in monitors:
@@ -494,6 +559,7 @@ class Ledger:
         with self._transaction() as conn:
             row = self._lock_scope(conn, scope)
             grid = stream_grid(row)
+            fix_unit = check_unit(self.tables, conn, scope, grid, unit)
             clock = time.time()
             self._expire_leases(conn, clock)
             self._check_output(conn, output)
@@ -531,6 +597,8 @@ class Ledger:
                     updated_at=now_text()))
             if found is None and monitors:
                 self._open_stream_monitors(conn, row, stream_id, label, monitors, opening)
+            if fix_unit and unit is not None:
+                record_unit(self.tables, conn, scope, unit, label, now_text())
             debited, refused = decided(self.tables, conn, stream_id)
         verb = "resumed" if found is not None else "opened"
         step = "window" if grid is None else "period"
@@ -573,19 +641,41 @@ class Ledger:
         finished, or resumed by a newer session)."""
         with self._transaction() as conn:
             row, stream = self._streaming_session(conn, stream_id, session, lease_seconds)
-            scope = stream.scope
-            debited, refused = decided(self.tables, conn, stream_id)
-            grid = stream_grid(row)
-            out: dict[int, str | None] = {}
-            for step in _stream_steps(scope, grid, steps):
-                if step in debited:
-                    out[step] = None
-                elif step in refused:
-                    out[step] = refused[step]
-                else:
-                    out[step] = decide_step(self.tables, conn, row, stream, step, grid)
-                    if grid is None:  # the scope's one filter changed: the next window is decided on its new state
-                        row = self._lock_scope(conn, scope)
+            return self._decide_steps(conn, row, stream, steps)
+
+    def publish_stream_window(self, stream_id: int, session: int, steps: Periods | tuple[int, ...],
+                              artifact: Artifact, lease_seconds: float | None = None) -> PublishAnswer:
+        """What a worker may publish for one release's window (`accounting.ledger.journal`): when the journal
+        holds an artifact for its (release, emission), that one (paid when it was journaled); else, in one
+        transaction, `steps` are decided as `debit_stream` decides them and, when all were admitted, `artifact`
+        is journaled and returned; a refusal journals nothing. LedgerError as `debit_stream`."""
+        with self._transaction() as conn:
+            row, stream = self._streaming_session(conn, stream_id, session, lease_seconds)
+            found = journaled(self.tables, conn, stream_id, artifact.release, artifact.emission)
+            if found is not None:
+                return PublishAnswer(None, found.content)
+            refusals = [r for r in self._decide_steps(conn, row, stream, steps).values() if r is not None]
+            if refusals:
+                return PublishAnswer("; ".join(refusals), None)
+            journal_artifact(self.tables, conn, stream_id, session, artifact)
+            return PublishAnswer(None, artifact.content)
+
+    def _decide_steps(self, conn: sa.Connection, row: sa.Row, stream: sa.Row,
+                      steps: Periods | tuple[int, ...]) -> dict[int, str | None]:
+        """Step -> None (debited, now or before) or its refusal, each step decided once (`decide_step`)."""
+        scope = stream.scope
+        debited, refused = decided(self.tables, conn, stream.id)
+        grid = stream_grid(row)
+        out: dict[int, str | None] = {}
+        for step in _stream_steps(scope, grid, steps):
+            if step in debited:
+                out[step] = None
+            elif step in refused:
+                out[step] = refused[step]
+            else:
+                out[step] = decide_step(self.tables, conn, row, stream, step, grid)
+                if grid is None:  # the scope's one filter changed: the next window is decided on its new state
+                    row = self._lock_scope(conn, scope)
         return out
 
     def seal_stream_monitor(self, stream_id: int, session: int, name: str, record: MonitorRecord, halted: bool,
@@ -594,25 +684,53 @@ class Ledger:
         is published; True when stored, False when the ledger already holds a later one (a window sealed out of
         order: the later record covers it). LedgerError as `debit_stream` (the session may not publish), or when
         the stream does not answer `name`. `lease_seconds`: as in `debit_stream`."""
-        if record.next_start is None or not math.isfinite(record.next_start):
-            raise LedgerError(f"monitor {name!r}: a sealed record needs the window start it continues at")
+        _check_sealed(name, record)
         with self._transaction() as conn:
-            row, stream = self._streaming_session(conn, stream_id, session, lease_seconds)
-            if name not in stream_monitors(self.tables, conn, stream_id):
-                raise LedgerError(f"stream {stream_id} does not answer svt monitor {name!r}")
-            refusal = retirement(self.tables, conn, row.name)
-            if refusal is not None:  # retired while the stream ran: its monitor answers nothing more
-                raise LedgerError(f"{refusal}; monitor {name!r} is not sealed and its alert is not published")
-            current = self._monitor_row(conn, row.name, name)
-            if current is None:
-                raise LedgerError(f"scope {row.name!r} has no svt monitor {name!r}; its window is not published")
-            stored = MonitorRecord.from_json(current.sealed_state).next_start
-            if stored is not None and record.next_start <= stored:
-                return False
-            conn.execute(self.monitors.update()
-                         .where((self.monitors.c.scope == row.name) & (self.monitors.c.name == name))
-                         .values(sealed_state=replace(record, checked_out=None).to_json(), halted=bool(halted)))
-            return True
+            row, _ = self._streaming_session(conn, stream_id, session, lease_seconds)
+            return self._seal_locked(conn, row, stream_id, name, record, halted)
+
+    def seal_and_publish_stream_window(self, stream_id: int, session: int, name: str, record: MonitorRecord,
+                                       halted: bool, artifact: Artifact,
+                                       lease_seconds: float | None = None) -> PublishAnswer:
+        """What a worker may publish as svt monitor `name`'s alert at one window: the journaled alert when there is
+        one (its monitor was sealed with it); else, in one transaction, the monitor's `record` after that window is
+        sealed (`seal_stream_monitor`) and `artifact` journaled and returned. So every published alert is covered
+        by the sealed record, and an answer computed again is never published. LedgerError as
+        `seal_stream_monitor`."""
+        _check_sealed(name, record)
+        with self._transaction() as conn:
+            row, _ = self._streaming_session(conn, stream_id, session, lease_seconds)
+            found = journaled(self.tables, conn, stream_id, artifact.release, artifact.emission)
+            if found is not None:
+                return PublishAnswer(None, found.content)
+            self._seal_locked(conn, row, stream_id, name, record, halted)
+            journal_artifact(self.tables, conn, stream_id, session, artifact)
+            return PublishAnswer(None, artifact.content)
+
+    def _seal_locked(self, conn: sa.Connection, row: sa.Row, stream_id: int, name: str, record: MonitorRecord,
+                     halted: bool) -> bool:
+        if name not in stream_monitors(self.tables, conn, stream_id):
+            raise LedgerError(f"stream {stream_id} does not answer svt monitor {name!r}")
+        refusal = retirement(self.tables, conn, row.name)
+        if refusal is not None:  # retired while the stream ran: its monitor answers nothing more
+            raise LedgerError(f"{refusal}; monitor {name!r} is not sealed and its alert is not published")
+        current = self._monitor_row(conn, row.name, name)
+        if current is None:
+            raise LedgerError(f"scope {row.name!r} has no svt monitor {name!r}; its window is not published")
+        stored = MonitorRecord.from_json(current.sealed_state).next_start
+        assert record.next_start is not None  # _check_sealed
+        if stored is not None and record.next_start <= stored:
+            return False
+        conn.execute(self.monitors.update()
+                     .where((self.monitors.c.scope == row.name) & (self.monitors.c.name == name))
+                     .values(sealed_state=replace(record, checked_out=None).to_json(), halted=bool(halted)))
+        return True
+
+    def stream_journal(self, stream_id: int) -> dict[str, dict[int, Artifact]]:
+        """Release -> emission -> the artifact the stream published there (`accounting.ledger.journal`)."""
+        with self._reading() as conn:
+            self._stream_row(conn, stream_id, lock=False)
+            return artifacts(self.tables, conn, stream_id)
 
     def _streaming_session(self, conn: sa.Connection, stream_id: int, session: int,
                            lease_seconds: float | None) -> tuple[sa.Row, sa.Row]:
@@ -901,13 +1019,15 @@ class Ledger:
         monitors_view = tuple(monitor_view(m, leases.get(m.name), streaming.get(m.name, (None,))[0]) for m in monitors)
         retired = conn.execute(sa.select(self.retired).where(self.retired.c.scope == scope)).one_or_none()
         retired_text = None if retired is None else f"{retired.retired_at} ({retired.reason})"
+        served = scope_unit(self.tables, conn, scope, grid)
+        unit, unit_fixed = (None, None) if served is None else (served.unit, served.fixed)
         if grid is not None:
             return replace(self._period_view(row, grid, template, period_rows, int(count), monitors_view),
-                           retired=retired_text)
+                           retired=retired_text, unit=unit, unit_fixed=unit_fixed)
         budget_filter = PrivacyFilter.from_dict(template)
         return ScopeView(row.name, row.epsilon, row.delta, row.filter_kind, budget_filter.describe(),
                          budget_filter.public_dict(), budget_filter.halted, int(count), monitors_view, row.created_at,
-                         retired=retired_text)
+                         retired=retired_text, unit=unit, unit_fixed=unit_fixed)
 
     def _period_rows(self, conn: sa.Connection, scope: str) -> Sequence[sa.Row]:
         return conn.execute(
@@ -1000,6 +1120,11 @@ def _check_opening(opening: Event, budgets: Sequence[tuple[float, float]]) -> No
     if priced is None or float(priced[0]) < epsilon * (1 - 1e-12) or float(priced[1]) < delta * (1 - 1e-12):
         raise LedgerError(f"the event {opening!r} does not cover the new svt monitors' budgets (epsilon "
                           f"{epsilon:g}, delta {delta:g} in all); nothing was debited")
+
+
+def _check_sealed(name: str, record: MonitorRecord) -> None:
+    if record.next_start is None or not math.isfinite(record.next_start):
+        raise LedgerError(f"monitor {name!r}: a sealed record needs the window start it continues at")
 
 
 def _check_event(label: str, event: Event, periods: Periods | None) -> None:

@@ -32,6 +32,7 @@ from dpstream.accounting.ledger import (
     PeriodGrid,
     Periods,
     PeriodsView,
+    PrivacyUnit,
     ScopeView,
 )
 from dpstream.accounting.text import instant_text
@@ -89,6 +90,13 @@ def register(subparsers) -> None:
         "--timezone", metavar="ZONE", default="UTC",
         help="the IANA time zone of a calendar --unit-period, e.g. America/New_York (default UTC); it must be the "
              "jobs' [input] timezone",
+    )
+    init.add_argument(
+        "--unit", choices=["user"],
+        help="fix the privacy unit of a scope without --unit-period now: \"user\" (a user over all its records) "
+             "refuses every user x period job. Without it the scope's first job fixes its unit (user, or user x "
+             "its unit_period grid), and jobs of another unit or grid are refused; a scope with --unit-period "
+             "serves user x its periods",
     )
     init.set_defaults(handler=_init)
 
@@ -230,8 +238,12 @@ def parse_periods(text: str, grid: PeriodGrid) -> Periods:
 @_reports(LedgerError)
 def _init(args: argparse.Namespace) -> int:
     unit_period = None if args.unit_period is None else parse_unit_period(args.unit_period, args.timezone)
+    if args.unit is not None and unit_period is not None:
+        raise LedgerError("--unit user is for a scope without --unit-period; a period scope serves user x its periods")
+    unit = None if args.unit is None else PrivacyUnit()
     with Ledger(args.ledger, create=True, on_wait=_tell) as ledger:
-        view = ledger.init_scope(args.scope, args.epsilon, args.delta, args.filter, unit_period=unit_period)
+        view = ledger.init_scope(args.scope, args.epsilon, args.delta, args.filter, unit_period=unit_period,
+                                 unit=unit)
     if view.unit_period is None:
         print(f"created scope {view.scope!r}: epsilon={view.epsilon:g}, delta={view.delta:g}; {view.rule}")
         release_delta = view.state.get("release_delta")
@@ -263,11 +275,19 @@ def _show(args: argparse.Namespace) -> int:
     print(f"  state: {state}")
     print(f"  left: {left}")
     print(f"  releases: {view.releases}{'  (halted)' if view.halted else ''}")
+    print(f"  privacy unit: {_unit_text(view)}")
     if view.retired:
         print(f"  retired: {view.retired}")
     for monitor in view.monitors:
         print(f"  {_monitor_line(monitor)}")
     return 0
+
+
+def _unit_text(view: ScopeView) -> str:
+    """The privacy unit the scope serves, and how it was fixed (`accounting.ledger.units`)."""
+    if view.unit is None:
+        return "not fixed yet (the first job fixes it; jobs of another unit or period grid are then refused)"
+    return f"{view.unit.text} (fixed {view.unit_fixed})"
 
 
 def _monitor_line(monitor: MonitorView) -> str:
@@ -305,6 +325,7 @@ def _show_periods(view: ScopeView, grid: PeriodGrid, periods: PeriodsView) -> No
         print(f"  periods: {each} each; none spent on yet")
     halted = f"; {periods.halted} period(s) halted" if periods.halted else ""
     print(f"  releases: {view.releases}{halted}")
+    print(f"  privacy unit: {_unit_text(view)}")
     if view.retired:
         print(f"  retired: {view.retired}")
 

@@ -48,7 +48,11 @@ def _require_window_boundary(start: float, end: float, step: float) -> None:
     if steps.denominator == 1:
         return
     below, above = (start + k * step for k in (math.floor(steps), math.ceil(steps)))
-    nearest = " or ".join(instant_text(e) for e in (below, above) if e > start)
+    ends = [e for e in (below, above) if start < e <= LAST_INSTANT]
+    if not ends:
+        raise SpecError(f"window.size {duration_text(step)} does not fit between window.start {instant_text(start)} "
+                        f"and 9000-01-01; use shorter windows")
+    nearest = " or ".join(instant_text(e) for e in ends)
     raise SpecError(f"window.end {instant_text(end)} is not a window boundary: windows of {duration_text(step)} "
                     f"from {instant_text(start)} would run past it; set window.end to {nearest}")
 

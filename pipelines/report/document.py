@@ -143,6 +143,7 @@ def report_json(context: RunContext, tables: dict[str, pa.Table], chart: str | N
         },
         "budget": {
             "ledger": debit.ledger,
+            "ledger_id": debit.ledger_id,
             "scope": debit.scope,
             "run_id": debit.run_id,
             "label": debit.label,

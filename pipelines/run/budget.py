@@ -38,7 +38,9 @@ fails or is killed returns them unchanged: its answers were never published.
 
 Period scopes (`dpstream budget init --unit-period P`) hold a budget per absolute period [k P, (k+1) P): a budget
 with `unit_period` = P is charged to every period its windows overlap (`scope_periods`); proof:
-docs/proofs/accounting.ledger.periods.md.
+docs/proofs/accounting.ledger.periods.md. Every scope serves one privacy unit (`privacy_unit`: user, or user x
+the unit period's grid), fixed on a plain scope by its first job: the ledger refuses a run or stream of another
+unit or grid (RunError, exit 2, nothing debited).
 """
 from __future__ import annotations
 
@@ -48,6 +50,7 @@ import math
 import os
 import sys
 import tempfile
+import time
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -62,26 +65,30 @@ from dpstream.accounting.filters import ApproxDPFilter, EventFilter
 from dpstream.accounting.ledger import (
     DEFAULT_LEASE_SECONDS,
     PUBLISHED,
+    FileDigest,
     Ledger,
     LedgerConflict,
     LedgerError,
     MonitorRecord,
     PeriodGrid,
     Periods,
+    PrivacyUnit,
     ScopeView,
     StreamMonitor,
     StreamRecord,
     StreamTicket,
+    UnitMismatchError,
     UnknownScopeError,
     resolve_url,
 )
 from dpstream.accounting.ledger.streams import FINISHED
+from dpstream.accounting.ledger.urls import masked_url
 from dpstream.accounting.text import first_line, instant_text
 from dpstream.connectors.files import is_local, join, read_bytes, remove_file, remove_tree, write_bytes
 from dpstream.pipelines.config.specs import EPSILON_RANGE, ContributionBounds, ReleaseSpec, WindowSpec
 from dpstream.pipelines.mechanisms.monitor import SparseVectorMonitor
 from dpstream.pipelines.planning import JobPlan, PlanningError, SvtPlan, plan_job
-from dpstream.pipelines.run.errors import EXIT_REFUSED, RunError
+from dpstream.pipelines.run.errors import EXIT_REFUSED, CommitInDoubt, RunError
 from dpstream.pipelines.run.preflight import COMMITTING_RUNNERS
 from dpstream.pipelines.transforms.graph import release_graph, release_transform
 from dpstream.pipelines.transforms.svt import STATE, snapshot_path
@@ -104,6 +111,7 @@ class Admission:
     event: Event
     periods: Periods | None
     note: str | None
+    ledger_id: str | None = None  # the ledger's own id (`Ledger.ledger_id`): names it whatever URL reached it
 
 
 @dataclass(frozen=True)
@@ -122,6 +130,7 @@ class Debit:
     scope_after: ScopeView
     periods: Periods | None
     note: str | None
+    ledger_id: str | None = None
 
 
 class Budget:
@@ -224,13 +233,17 @@ class Budget:
                 raise RunError(f"budget scope {self.scope!r} is not in ledger {ledger.display_url}; "
                                f"{self._create_hint()}") from err
             periods, note = self.scope_periods(unit_period)
-            ticket = ledger.open_run(self.scope, event, label, periods=periods, monitors=monitors, output=output,
-                                     lease_seconds=self.lease_seconds)
-            display_url = ledger.display_url
+            try:
+                ticket = ledger.open_run(self.scope, event, label, periods=periods, monitors=monitors, output=output,
+                                         lease_seconds=self.lease_seconds, unit=self.privacy_unit)
+            except UnitMismatchError as err:
+                raise RunError(f"{self.source}: {err}") from err
+            display_url, ledger_id = ledger.display_url, ledger.ledger_id
         if not ticket.admitted or ticket.run_id is None:
             fix = self._refusal_fix(periods, continued)
             raise RunError(f"{ticket.message}; {fix}" if fix else ticket.message, EXIT_REFUSED)
-        return Admission(display_url, self.scope, ticket.run_id, label, ticket.message, event, periods, note)
+        return Admission(display_url, self.scope, ticket.run_id, label, ticket.message, event, periods, note,
+                         ledger_id)
 
     def _refusal_fix(self, periods: Periods | None, continued: frozenset[str]) -> str:
         """What would be admitted instead: the largest job epsilon the scope admits now (same delta, bounds and
@@ -304,10 +317,9 @@ class Budget:
             return (f"its svt monitors are sealed window by window only on runners that commit a stateful step's "
                     f"state with its outputs ({', '.join(COMMITTING_RUNNERS)}); {runner} recovers by replaying, which "
                     f"could publish one answer and continue from another")
+        if self.unfinished_stream(output) is not None:
+            return None
         with self._ledger("nothing was debited") as ledger:
-            streams = ledger.streams_of(self.scope, output)
-            if any(s.status != FINISHED and s.job == self.job_digest() for s in streams):
-                return None
             (scope_filter,) = ledger.deciding_filters(self.scope)
         if scope_filter.charges_evenly(event, self.window.count, self.plan.opening_event(self._continued())):
             return None
@@ -341,18 +353,24 @@ class Budget:
             try:
                 return ledger.open_stream(self.scope, event, label, output=output, job=self.job_digest(),
                                           lease_seconds=self.lease_seconds, monitors=monitors,
-                                          opening=self.plan.opening_event(self._continued()))
+                                          opening=self.plan.opening_event(self._continued()), unit=self.privacy_unit)
             except LedgerError as err:
+                if isinstance(err, UnitMismatchError):
+                    raise RunError(f"{self.source}: {err}") from err
                 if str(err).startswith("refused:"):
                     raise RunError(str(err), EXIT_REFUSED) from err
                 raise
 
+    def unfinished_stream(self, output: str) -> StreamRecord | None:
+        """The scope's stream of this very job into `output` that has not finished (a resume continues it)."""
+        with self._ledger("nothing was debited") as ledger:
+            streams = ledger.streams_of(self.scope, output)
+        return next((s for s in streams if s.status != FINISHED and s.job == self.job_digest()), None)
+
     def check_resumable(self, output: str) -> None:
         """RunError (nothing opened or debited) unless the scope has an unfinished stream of this very job into
         `output`: windows found there may only be continued by the stream that released them."""
-        with self._ledger("nothing was debited") as ledger:
-            streams = ledger.streams_of(self.scope, output)
-        if any(s.status != FINISHED and s.job == self.job_digest() for s in streams):
+        if self.unfinished_stream(output) is not None:
             return
         raise RunError(f"{output} holds windows released by a stream of scope {self.scope!r} that has finished or "
                        f"was made by another job; a stream continues only the windows it released itself; write to "
@@ -422,32 +440,66 @@ class Budget:
                            f"spent its budget since the run started); nothing was published or debited", EXIT_REFUSED)
         return self._debit(admission, None, admission.message, after), token
 
-    def commit(self, admission: Admission, states: MonitorStates | None, expect: str | None = None) -> Debit:
-        """Debit the run, storing the monitors' sealed `states` (None: they stay leased until `check_in`).
-        `expect`: the token of `preview` (LedgerConflict, nothing written, when the scope changed since).
-        RunError EXIT_REFUSED when the filter no longer admits the run."""
-        with self._ledger("nothing was debited", conflicts=True) as ledger:
-            result = ledger.commit_run(admission.run_id, states, expect)
-            after = ledger.show(self.scope)
+    def commit(self, admission: Admission, states: MonitorStates | None, expect: str | None = None,
+               files: tuple[FileDigest, ...] = ()) -> Debit:
+        """Debit the run, storing the monitors' sealed `states` (None: they stay leased until `check_in`) and
+        journaling the `files` it will publish. `expect`: the token of `preview` (LedgerConflict, nothing
+        written, when the scope changed since). RunError EXIT_REFUSED when the filter no longer admits the run."""
+        try:
+            with Ledger(self.url, on_wait=_tell) as ledger:
+                result = ledger.commit_run(admission.run_id, states, expect, files)
+                after = ledger.show(self.scope)
+        except LedgerConflict:
+            raise
+        except LedgerError as err:
+            return self._in_doubt(admission, err)
         if not result.admitted or result.release_id is None:
             raise RunError(result.message, EXIT_REFUSED)
         return self._debit(admission, result.release_id, result.message, after)
+
+    def _in_doubt(self, admission: Admission, error: LedgerError) -> Debit:
+        """After a commit that failed: ask the ledger, before anything else, whether the run's debit committed (a
+        connection lost after the server committed looks like a failure). The debit when it did; RunError (nothing
+        was debited) when the run is still unpaid; CommitInDoubt when the ledger cannot say."""
+        for attempt in range(3):
+            try:
+                with Ledger(self.url, on_wait=_tell) as ledger:
+                    run = ledger.run(admission.run_id)
+                    after = ledger.show(self.scope)
+            except LedgerError:
+                time.sleep(0.5 * (attempt + 1))
+                continue
+            if run.status == PUBLISHED and run.release_id is not None:
+                return self._debit(admission, run.release_id, f"debited (ledger run {run.run_id}, release "
+                                   f"{run.release_id}; confirmed after the ledger connection failed)", after)
+            raise RunError(f"{error}; nothing was debited") from error
+        raise CommitInDoubt(f"{error}; whether ledger run {admission.run_id} was debited is unknown (the ledger "
+                            f"cannot be reached); its outputs stay staged, and the next run of this job into the "
+                            f"same output publishes them if the ledger recorded the debit") from error
 
     def abandon(self, admission: Admission, reason: str) -> None:
         """End the run unpublished (outcome failed): nothing is debited and its leases end."""
         with self._ledger("its leases run out by themselves") as ledger:
             ledger.end_run(admission.run_id, reason)
 
-    def was_published(self, report: dict[str, Any]) -> bool:
-        """Whether the run a report.json describes was debited on this budget's scope and ledger (a staged report
-        of a run killed between its debit and its publication)."""
+    def journaled_files(self, report: dict[str, Any]) -> tuple[FileDigest, ...] | None:
+        """The files the ledger journaled for the run a staged report.json describes, when that run was debited
+        on this budget's scope and ledger (a run killed between its debit and its publication); None when it was
+        not (or is another ledger's: runs are matched by the ledger's id and the run id, not by the URL's
+        spelling). A run debited before the journal has no files journaled: ()."""
         budget = report.get("budget") or {}
         if budget.get("scope") != self.scope or not isinstance(budget.get("run_id"), int):
-            return False
+            return None
         with self._ledger("a staged run's outcome is unknown, so it was neither published nor removed") as ledger:
-            if budget.get("ledger") != ledger.display_url:
-                return False
-            return ledger.run(budget["run_id"]).status == PUBLISHED
+            if budget.get("ledger_id", ledger.ledger_id) != ledger.ledger_id:
+                return None
+            if budget.get("ledger_id") is None and budget.get("ledger") != ledger.display_url:
+                return None  # a report written before ledgers had ids: only its URL can match it
+            try:
+                run = ledger.run(budget["run_id"])
+            except LedgerError:
+                return None
+            return ledger.run_files(run.run_id) if run.status == PUBLISHED and run.scope == self.scope else None
 
     def debit(self, label: str | None = None) -> Debit:
         """Admit and debit at once, keeping the monitors leased until `check_in`: for a pipeline whose own sinks
@@ -489,7 +541,7 @@ class Budget:
 
     def _debit(self, admission: Admission, release_id: int | None, message: str, after: ScopeView) -> Debit:
         return Debit(admission.ledger, self.scope, admission.run_id, release_id, admission.label, message,
-                     admission.event, after, admission.periods, admission.note)
+                     admission.event, after, admission.periods, admission.note, admission.ledger_id)
 
     @contextmanager
     def _ledger(self, consequence: str, conflicts: bool = False) -> Iterator[Ledger]:
@@ -588,12 +640,19 @@ class Budget:
                                else join(base, f".dpstream-sealed-{uuid.uuid4().hex}"))
         return join(self._state_dir, f"{name}.json")
 
+    @property
+    def privacy_unit(self) -> PrivacyUnit:
+        """The job's privacy unit: user, or user x its unit period, whose fixed periods count from window.start;
+        the ledger refuses the job on a scope that serves another (`accounting.ledger.units`)."""
+        return PrivacyUnit.of(self.unit_period, self.window.start)
+
     def scope_periods(self, period: PeriodGrid | None) -> tuple[Periods | None, str | None]:
         """(the periods to charge, a note for the log) on a scope whose period grid is `period` (None: a plain
         scope; `ScopeView.unit_period`).
 
         A plain scope: (None, None), or a note when the budget has a unit_period (its one budget is debited by
-        every run). A period scope: the periods the windows overlap, after checking that the budget has the
+        every run, and it serves one privacy unit, fixed by its first job: the ledger refuses jobs of another
+        unit or grid). A period scope: the periods the windows overlap, after checking that the budget has the
         scope's unit_period, no svt release and a window.start on the period grid; else a RunError (exit 2),
         before any debit.
         """
@@ -602,8 +661,10 @@ class Budget:
             if unit is None:
                 return None, None
             return None, (f"note: scope {scope!r} has one budget for all its releases, so every run of this user x "
-                          f"{unit.text} job debits it, whichever periods it covers; a scope created with "
-                          f"`dpstream budget init ... {unit.options}` holds a budget per period")
+                          f"{unit.text} job debits it, whichever periods it covers; it serves one privacy unit, fixed "
+                          f"by its first job, and refuses jobs of another unit or period grid (this job's: "
+                          f"{self.privacy_unit.text}); a scope created with `dpstream budget init ... "
+                          f"{unit.options}` holds a budget per period")
         where = f"{self.source}: budget scope {scope!r} has a budget per {period.text} period"
         monitors = [m.name for m in self.plan.monitors()]
         if monitors:
@@ -631,9 +692,10 @@ class Budget:
 
     def _create_hint(self) -> str:
         per_period = "" if self.unit_period is None else f" {self.unit_period.options}"
-        return (f"create it with `dpstream budget init --ledger {self.url} --scope {self.scope} --epsilon EPSILON "
-                f"--delta DELTA --filter approx:release_delta={self.delta!r}{per_period}` (one run of this job spends "
-                f"epsilon={self.epsilon:g}, delta={self.delta:g}" + (" per period)" if per_period else ")"))
+        return (f"create it with `dpstream budget init --ledger {masked_url(self.url)} --scope {self.scope} "
+                f"--epsilon EPSILON --delta DELTA --filter approx:release_delta={self.delta!r}{per_period}` (one run "
+                f"of this job spends epsilon={self.epsilon:g}, delta={self.delta:g}"
+                + (" per period)" if per_period else ")"))
 
 
 def _tell(message: str) -> None:

@@ -15,3 +15,9 @@ class RunError(Exception):
     def __init__(self, message: str, exit_code: int = EXIT_ERROR) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+
+
+class CommitInDoubt(RunError):
+    """The ledger could not say whether a run's debit committed (the connection was lost around its COMMIT): the
+    run keeps its staged outputs, and the next run into the same output publishes them if the ledger recorded
+    the debit and removes them otherwise."""

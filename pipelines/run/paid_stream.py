@@ -9,15 +9,18 @@ rounds that the scope's filter prices one at a time at no extra cost (`Budget.wi
 2. the output directory is read: the windows a stream of this job released there before (parts, or refusals)
    are kept, and this run releases the rest, from the first window no release has decided (`resume_point`);
 3. the ledger opens the stream, or resumes the stream of the same job into the same output in a new session
-   (nothing is debited; a stream no step could admit is refused, exit 3);
+   (nothing is debited; a stream no step could admit is refused, exit 3); a resumed stream's published windows
+   are read from the ledger's journal, and any whose file is missing or changed is written again from it
+   (never computed again), so the resume point follows what the ledger says was published, not the files;
 4. the pipeline computes each window; just before it writes window i it debits, once per stream, every
    period window i overlaps, or window i itself on a plain scope (`payment.StreamPayer`), and writes
    OUTPUT/windows/NAME/window-IIIIII.jsonl only when all of them were admitted (else window-IIIIII.refused,
    with the reason). Written windows are published: a reader may use them at once. The launcher renews the
    stream's lease meanwhile;
 5. when every window is decided, or at `max_seconds`, the pipeline is cancelled, the parts are merged into
-   one file per release (every window released so far, by any session) and report.json / report.md are
-   written into OUTPUT; the stream ends finished, or stopped (resumable: run the same job file again).
+   one file per release (every window released so far, by any session, checked against the journal first) and
+   report.json / report.md are written into OUTPUT; the stream ends finished, or stopped (resumable: run the
+   same job file again).
 A failure or interrupt ends the session stopped: windows already published stay published and paid; periods
 and windows not reached are never debited. Windows are numbered from the job's window.start whatever session
 releases them, so a resumed stream with a fixed seed releases what one uninterrupted run would.
@@ -32,7 +35,7 @@ from typing import Any, Iterable, Sequence
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from dpstream.accounting.ledger import PeriodGrid, Periods, StreamTicket
+from dpstream.accounting.ledger import Ledger, PeriodGrid, Periods, StreamTicket
 from dpstream.accounting.text import instant_text
 from dpstream.connectors.files import filesystems, join
 from dpstream.pipelines.config.jobfile import Job
@@ -128,10 +131,12 @@ def run_stream(job: Job, job_budget: Budget, grid: PeriodGrid | None, options: P
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     parts = {spec.name: join(output_dir, streaming_io.PARTS_DIR, spec.name) for spec in job.releases}
     expected = {spec.name: streaming_io.emissions(job_budget.plan[spec.name], job.window) for spec in job.releases}
-    decided = {name: streaming_io.released(directory) for name, directory in parts.items()}
     if detach and runner_name(options) in DIRECT_RUNNERS:
         raise RunError(f"{job.source}: the DirectRunner runs the pipeline inside this process, so the launcher "
                        f"cannot leave it; run without --detach, or on Dataflow or Flink; nothing was debited")
+    unfinished = job_budget.unfinished_stream(output_dir)  # read its journal first: it says what was published
+    decided = ({name: streaming_io.released(directory) for name, directory in parts.items()} if unfinished is None
+               else republished(job_budget.url, unfinished.stream_id, parts, log))
     _check_output(output_dir, any(decided.values()))
     if any(decided.values()):
         job_budget.check_resumable(output_dir)
@@ -151,6 +156,9 @@ def run_stream(job: Job, job_budget: Budget, grid: PeriodGrid | None, options: P
         if has_windows and not ticket.resumed:  # another stream finished there meanwhile
             raise RunError(f"{output_dir} holds windows of a stream that finished; write to another output; "
                            f"nothing was debited")
+        decided = republished(job_budget.url, ticket.stream_id, parts, log)
+        answered = answered_before(job_budget.plan, expected, decided, monitor_starts)
+        decided = {name: indices | answered.get(name, set()) for name, indices in decided.items()}
         later = resume_point(job_budget.plan, job.window, grid, decided, expected, ticket.debited)
         if first < later < job.window.count:
             check_event_time(job.window, options, time.time(), later)
@@ -191,11 +199,24 @@ def run_stream(job: Job, job_budget: Budget, grid: PeriodGrid | None, options: P
     # debits are refused): count the windows again now that no more can be paid
     pending = _pending(remaining, {name: streaming_io.released(directory) for name, directory in parts.items()})
     try:
+        republished(job_budget.url, ticket.stream_id, parts, log)  # what is merged is what the ledger journaled
         content = stream_report.write(timings, started)
     except OSError as err:
         raise RunError(f"cannot write the report into {output_dir}: {err.strerror or err}; the windows written "
                        f"stay published") from err
     return StreamOutcome(content, stream_report.files, pending)
+
+
+def republished(ledger_url: str, stream_id: int, parts: dict[str, str], log) -> dict[str, set[int]]:
+    """Bring the stream's window files in line with its journal (`streaming.republish`: a published window whose
+    file is gone or changed is written again with its journaled bytes, never computed again), log what was
+    written, and return release name -> the windows decided now."""
+    with Ledger(ledger_url) as ledger:
+        journal = ledger.stream_journal(stream_id)
+    for name, indices in streaming_io.republish(parts, journal).items():
+        log(f"{name}: {len(indices)} published window(s) written again from the ledger's journal (their files were "
+            f"missing or changed): {', '.join(str(i) for i in indices[:10])}{' ...' if len(indices) > 10 else ''}")
+    return {name: streaming_io.released(directory) for name, directory in parts.items()}
 
 
 def _pending(remaining: dict[str, tuple[int, ...]], released: dict[str, set[int]]) -> dict[str, int]:

@@ -24,6 +24,7 @@ import tempfile
 import uuid
 from typing import Any, Callable
 
+from dpstream.accounting.ledger import FileDigest
 from dpstream.accounting.text import first_line
 from dpstream.connectors.files import filesystems, is_local, join, read_bytes, remove_file, remove_tree, write_bytes
 from dpstream.pipelines.report.document import REPORT_JSON
@@ -40,12 +41,15 @@ class Publication:
     and makes the staging directory; leaving without `publish` discards the staging directory."""
 
     def __init__(self, output_dir: str, overwrite: bool = False,
-                 committed: Callable[[dict[str, Any]], bool] | None = None, log: Callable[[str], None] = print) -> None:
-        self.output_dir, self.overwrite, self._committed, self._log = output_dir, overwrite, committed, log
+                 journaled: Callable[[dict[str, Any]], tuple[FileDigest, ...] | None] | None = None,
+                 log: Callable[[str], None] = print) -> None:
+        self.output_dir, self.overwrite, self._journaled, self._log = output_dir, overwrite, journaled, log
         self.local = is_local(output_dir)
         self.staging = ""
         self.published = False
+        self.committed = False  # set once the ledger debited the run: its staging is then never discarded
         self._lock: int | None = None
+        self._found: tuple[int, int] | None = None  # (device, inode) of the output directory when checked
 
     def __enter__(self) -> "Publication":
         try:
@@ -60,7 +64,7 @@ class Publication:
 
     def __exit__(self, *exc_info) -> None:
         try:
-            if not self.published:
+            if not self.published and not self.committed:  # a debited run's outputs wait for the next run
                 self.discard()
         finally:
             if self._lock is not None:
@@ -80,6 +84,9 @@ class Publication:
         if os.path.islink(output):
             raise RunError(f"output directory {output} is a symbolic link; give the directory it should be (a "
                            f"published run replaces the directory itself); nothing was debited")
+        if os.path.ismount(output):
+            raise RunError(f"output directory {output} is a mount point (a volume or bind mount), which cannot be "
+                           f"replaced by a rename; give a directory inside it; nothing was debited")
         try:
             os.makedirs(parent, exist_ok=True)
             descriptor = os.open(os.path.join(parent, f".{name}.dpstream-lock"), os.O_RDWR | os.O_CREAT, 0o600)
@@ -96,6 +103,7 @@ class Publication:
         self._recover(parent, name)
         self._check_existing(os.path.exists(output), lambda: os.path.isdir(output) and not os.path.islink(output),
                              lambda: os.listdir(output))
+        self._found = _identity(output)
         try:
             self.staging = tempfile.mkdtemp(prefix=f".{name}{_STAGING}", dir=parent)
         except OSError as err:
@@ -103,9 +111,10 @@ class Publication:
                            f"{err.strerror}; nothing was debited") from err
 
     def _recover(self, parent: str, name: str) -> None:
-        """Staging directories of this output left by killed runs (this run holds the lock, so no live run owns
-        one): a run killed after its debit and before its rename is published now (`committed` says, from its
-        staged report.json, whether the ledger debited it); any other is removed."""
+        """Staging directories of this output left by runs that ended before publishing (this run holds the lock,
+        so no live run owns one). One whose run the ledger debited (`journaled` says, from its staged report.json,
+        matching the ledger by its id) is published now, if its files are exactly those journaled with the debit
+        and the output directory is absent or empty, and kept otherwise (with a note); any other is removed."""
         for entry in sorted(os.listdir(parent)):
             if not entry.startswith(f".{name}{_STAGING}"):
                 continue
@@ -115,14 +124,24 @@ class Publication:
                     report = json.load(handle)
             except (OSError, ValueError):
                 report = None
-            if report is not None and self._committed is not None and self._committed(report):
+            files = None if report is None or self._journaled is None else self._journaled(report)
+            if files is None:
+                shutil.rmtree(staged, ignore_errors=True)
+                continue
+            run = f"ledger run {report['budget']['run_id']}"
+            changed = _differences(files, _staged_digests(staged)) if files else []
+            if changed:
+                self._log(f"note: {run} was debited but its staged outputs in {staged} differ from what its debit "
+                          f"journaled ({changed[0]}); they are kept there, unpublished")
+            elif os.path.exists(self.output_dir) and os.listdir(self.output_dir):
+                self._log(f"note: {run} was debited but not published; its outputs wait in {staged} while "
+                          f"{self.output_dir} holds other files")
+            else:
                 self.staging = staged
                 self._publish_local()
                 self.staging = ""
-                self._log(f"published {self.output_dir}: ledger run {report['budget']['run_id']} was debited and "
-                          f"then stopped before publishing its outputs")
-            else:
-                shutil.rmtree(staged, ignore_errors=True)
+                self._log(f"published {self.output_dir}: {run} was debited and then stopped before publishing its "
+                          f"outputs")
 
     def _check_existing(self, exists: bool, is_directory, entries) -> None:
         """Refuse an output directory that is not a directory, holds a published run (unless overwrite), or holds
@@ -182,16 +201,38 @@ class Publication:
         """Where a staged file is published."""
         return join(self.output_dir, staged[len(self.staging):].lstrip("/"))
 
+    def digests(self) -> tuple[FileDigest, ...]:
+        """Every staged file's path (inside the output), size and digest: what the debit journals."""
+        return _staged_digests(self.staging)
+
+    def verify(self, journaled: tuple[FileDigest, ...], when: str) -> None:
+        """RunError unless the staged files are exactly `journaled` (a file removed, added or changed since)."""
+        changed = _differences(journaled, self.digests())
+        if changed:
+            raise RunError(f"the staged outputs changed {when} ({changed[0]}{' and more' if len(changed) > 1 else ''}: "
+                           f"something else writes or cleans {self.staging})")
+
+    def check_unchanged(self) -> None:
+        """RunError unless the output directory is as it was when checked (absent, or the same directory): dpstream
+        replaces only what it checked, never a directory someone put there while the run computed."""
+        if self.local and _identity(self.output_dir) != self._found:
+            raise RunError(f"output directory {self.output_dir} was {'created' if self._found is None else 'replaced'} "
+                           f"by someone else while the run computed; dpstream deletes only what it checked; move it "
+                           f"away and run the job again")
+
     def publish(self) -> None:
         """Make the staged files the output directory's content (see the module docstring)."""
         try:
             if self.local:
+                self.check_unchanged()
                 self._publish_local()
             else:
                 self._publish_url()
-        except OSError as err:
-            raise RunError(f"the debit was committed but publishing {self.output_dir} failed: {err}; the complete "
-                           f"outputs are in {self.staging}", EXIT_ERROR) from err
+        except (OSError, RunError) as err:
+            detail = err if isinstance(err, RunError) else f"publishing {self.output_dir} failed: {err}"
+            raise RunError(f"the debit was committed but {detail}; the complete outputs are kept in {self.staging} "
+                           f"and the next run of this job into {self.output_dir} publishes them (it debits nothing "
+                           f"for them)", EXIT_ERROR) from err
         self.published = True
 
     def _publish_local(self) -> None:
@@ -222,6 +263,33 @@ class Publication:
         """Remove the staging directory and everything in it."""
         if self.staging:
             remove_tree(self.staging)
+
+
+def _staged_digests(staging: str) -> tuple[FileDigest, ...]:
+    """(path inside `staging`, size, SHA-256) of every file under it, local or a URL, by path."""
+    if is_local(staging):
+        paths = [os.path.join(folder, f) for folder, _, names in os.walk(staging) for f in names]
+    else:
+        paths = [m.path for m in filesystems().match([join(staging, "**")])[0].metadata_list]
+    return tuple(sorted((FileDigest.of(path[len(staging):].lstrip("/"), read_bytes(path)) for path in paths),
+                        key=lambda f: f.name))
+
+
+def _differences(expected: tuple[FileDigest, ...], found: tuple[FileDigest, ...]) -> list[str]:
+    """What differs between two sets of files, one phrase per file ("report.md changed", "a.csv is missing")."""
+    wanted, have = {f.name: f for f in expected}, {f.name: f for f in found}
+    return ([f"{n} is missing" for n in sorted(wanted.keys() - have.keys())]
+            + [f"{n} changed" for n in sorted(wanted.keys() & have.keys()) if wanted[n] != have[n]]
+            + [f"{n} was added" for n in sorted(have.keys() - wanted.keys())])
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    """(device, inode) of a local path without following a final symbolic link; None when absent."""
+    try:
+        found = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return found.st_dev, found.st_ino
 
 
 def _umask() -> int:

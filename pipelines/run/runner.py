@@ -27,15 +27,18 @@ Period scopes and svt continuation: see `Budget`.
 from __future__ import annotations
 
 import os
+import signal
+import threading
 import time
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from dpstream.accounting.ledger import DEFAULT_LEASE_SECONDS, LedgerConflict
+from dpstream.accounting.ledger import DEFAULT_LEASE_SECONDS, FileDigest, LedgerConflict
 from dpstream.accounting.text import first_line, instant_text
 from dpstream.connectors.errors import InputError
 from dpstream.connectors.files import is_local, join, remove_tree
@@ -48,7 +51,7 @@ from dpstream.pipelines.report import document as report
 from dpstream.pipelines.run import paid_stream
 from dpstream.pipelines.run import streaming as streaming_io
 from dpstream.pipelines.run.budget import Admission, Budget, Debit
-from dpstream.pipelines.run.errors import EXIT_ERROR, EXIT_INTERNAL, EXIT_OK, EXIT_REFUSED, RunError
+from dpstream.pipelines.run.errors import EXIT_ERROR, EXIT_INTERNAL, EXIT_OK, EXIT_REFUSED, CommitInDoubt, RunError
 from dpstream.pipelines.run.job_graph import build_pipeline, pipeline_error
 from dpstream.pipelines.run.lease import LeaseKeeper
 from dpstream.pipelines.run.preflight import check_event_time, check_memory, check_runner, runner_name
@@ -170,7 +173,7 @@ def run(
                        f"launcher must stay; nothing was debited")
     if streaming:
         check_event_time(job.window, options, time.time())
-    with Publication(output_dir, overwrite, job_budget.was_published, log) as publication:
+    with Publication(output_dir, overwrite, job_budget.journaled_files, log) as publication, ExitStack() as debiting:
         files = {spec.name: release_path(publication.staging, spec.name, job.output.format) for spec in job.releases}
         parts = ({spec.name: join(publication.staging, streaming_io.PARTS_DIR, spec.name) for spec in job.releases}
                  if streaming else None)
@@ -196,8 +199,9 @@ def run(
                     states = job_budget.sealed_states(released)
                 timings["pipeline_s"] = time.perf_counter() - tick
                 progress(STAGES[3])
-                debit, written = _commit(job, job_budget, admission, states, options, beam_args, files, started_at,
-                                         timings, pending, publication, started)
+                debiting.enter_context(_interrupts_deferred(log))  # until published: Ctrl-C cannot split the two
+                debit, written, journaled = _commit(job, job_budget, admission, states, options, beam_args, files,
+                                                    started_at, timings, pending, publication, started)
             except Exception as err:
                 error = err if isinstance(err, RunError) else pipeline_error(err)
                 _abandon(job_budget, admission, str(error), log)  # the one line the user sees, not the runner's wrapping
@@ -213,6 +217,12 @@ def run(
         progress(STAGES[4])
         if streaming:  # a bundle still running when the pipeline was cancelled may have written a window since
             remove_tree(join(publication.staging, streaming_io.PARTS_DIR))
+        try:
+            publication.verify(journaled, "after the debit")
+        except RunError as err:
+            raise RunError(f"the debit (ledger run {debit.run_id}) stands but nothing was published: {err}; the "
+                           f"outputs stay in {publication.staging} (the ledger journaled their digests); run the job "
+                           f"again once the staged files are restored, and it publishes them", EXIT_ERROR) from err
         publication.publish()
     final_files = {name: publication.final(path) for name, path in files.items()}
     return RunOutcome(output_dir, written, final_files, pending)
@@ -248,11 +258,32 @@ def _compute(job: Job, job_budget: Budget, pipeline: beam.Pipeline, files: dict[
     return stream.pending(), stream.released
 
 
+@contextmanager
+def _interrupts_deferred(log) -> Iterator[None]:
+    """Ctrl-C (SIGINT) waits until the block ends: a run that is debiting finishes its debit and publication, so
+    an interrupt never leaves a debited run unpublished or a message that says otherwise. Only the main thread
+    can hold signals; elsewhere nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, _frame: received.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if received:
+            log("note: Ctrl-C arrived while the run was debiting and publishing; it finished both first")
+
+
 def _commit(job: Job, job_budget: Budget, admission: Admission, states, options: PipelineOptions,
             beam_args: Sequence[str], files: dict[str, str], started_at: str, timings: dict[str, float],
-            pending: dict[str, int], publication: Publication, started: float) -> tuple[Debit, dict[str, Any]]:
-    """Write the reports into staging with the debit the ledger previews, then commit that very debit (again,
-    with a fresh report, when another release changed the scope in between)."""
+            pending: dict[str, int], publication: Publication,
+            started: float) -> tuple[Debit, dict[str, Any], tuple[FileDigest, ...]]:
+    """Write the reports into staging with the debit the ledger previews, check that the staged outputs are
+    complete and the output directory untouched, then commit that very debit with the staged files' digests
+    journaled (again, with a fresh report, when another release changed the scope in between); (the debit, the
+    report, the journaled files). Once committed, the staging directory is kept until it is published."""
     for _ in range(_COMMIT_ATTEMPTS):
         preview, token = job_budget.preview(admission, states)
         context = report.RunContext(job=job, plan=job_budget.plan, runner=options.view_as(StandardOptions).runner,
@@ -261,12 +292,25 @@ def _commit(job: Job, job_budget: Budget, admission: Admission, states, options:
         try:
             written = report.write_reports(context, publication.staging, started)
         except OSError as err:
-            raise RunError(f"cannot write the report into {publication.staging}: {err.strerror or err}; nothing "
-                           f"was published or debited") from err
+            where = f"{err.filename}: " if err.filename else ""
+            raise RunError(f"cannot write the report into {publication.staging}: {where}{err.strerror or err}; "
+                           f"nothing was published or debited") from err
+        staged = publication.digests()
+        missing = [name for name, path in files.items() if path[len(publication.staging):].lstrip("/")
+                   not in {f.name for f in staged}]
+        if missing:
+            raise RunError(f"release {missing[0]!r}: its staged file vanished from {publication.staging} while the "
+                           f"run computed (a temporary-file cleaner?); nothing was published or debited")
+        publication.check_unchanged()
         try:
-            return job_budget.commit(admission, states, token), written
+            debit = job_budget.commit(admission, states, token, staged)
         except LedgerConflict:
             continue
+        except CommitInDoubt:
+            publication.committed = True  # kept for the next run, which asks the ledger again
+            raise
+        publication.committed = True
+        return debit, written, staged
     raise RunError(f"scope {job_budget.scope!r} kept changing while run {admission.run_id} tried to publish "
                    f"({_COMMIT_ATTEMPTS} attempts); nothing was published or debited")
 

@@ -74,9 +74,9 @@ class StreamReport:
                                      self.files[spec.name], self.job.output.format)
         with Ledger(self.ledger) as ledger:
             record = ledger.stream(self.stream_id)
-            after, display = ledger.show(self.job.privacy.scope), ledger.display_url
+            after, display, ledger_id = ledger.show(self.job.privacy.scope), ledger.display_url, ledger.ledger_id
         debit = Debit(display, record.scope, record.stream_id, None, record.label, f"stream {record.stream_id}",
-                      record.event, after, None, None)
+                      record.event, after, None, None, ledger_id)
         stream = {"stream": record.stream_id, "session": record.session, "status": record.status,
                   **stream_steps(record, after.unit_period, self.job.window), "windows_skipped": list(self.skipped),
                   "monitors": list(record.monitors)}

@@ -31,7 +31,8 @@ from dataclasses import dataclass
 
 import apache_beam as beam
 
-from dpstream.connectors.files import create_bytes
+from dpstream.accounting.ledger import Artifact
+from dpstream.connectors.files import create_bytes, remove_file
 from dpstream.connectors.writers import join, read_bytes, write_bytes, write_rows
 from dpstream.pipelines.config.specs import WindowSpec
 from dpstream.pipelines.planning import PeakPlan
@@ -68,9 +69,11 @@ class _AtEmission(beam.DoFn):
 class _WritePart(beam.DoFn):
     """(emission index, rows and one None marker) -> the emission's JSON-lines file.
 
-    With a `payer` (a stream that pays as it releases, `payment.StreamPayer`) the window's periods are debited
-    first, and a window whose debit was refused gets a `.refused` file with the reason instead of its rows; an
-    svt release's one row arrives as (row, the monitor's sealed state), which the payer seals first.
+    With a `payer` (a stream that pays as it releases, `payment.StreamPayer`) the window's steps are debited and
+    its bytes journaled first, and the file gets the journaled bytes (an emission journaled before keeps its
+    first bytes, whatever was computed now); a window whose debit was refused gets a `.refused` file with the
+    reason instead of its rows; an svt release's one row arrives as (row, the monitor's sealed state), which
+    the payer seals with the alert.
     `on_written()` is called after each file (a stream's `StreamReport.refresh`).
     Either file is created only if the emission has none yet (a resumed stream never publishes a window twice),
     and only for the emissions this run may release (`indices`)."""
@@ -86,31 +89,31 @@ class _WritePart(beam.DoFn):
             return
         path = part_path(self._directory, index)
         rows = [item for item in items if item is not None]
-        if self._payer is not None:
-            if released_before(path):
-                return
-            refusal: str | None = None
-            if self._payer.monitor is not None:  # svt: (row, the monitor's state after it), sealed before publishing
-                (row, state), = rows
-                self._payer.seal(index, state)
-                rows = [row]
-            else:
-                refusal = self._payer.pay(index)
-            if refusal is not None:
-                _LOG.warning("window %d is not published: %s", index, refusal)
-                mark_unpublished(self._directory, index, refusal)
-                self._written()
-                return
-        data = "".join(json.dumps(row) + "\n" for row in rows).encode("utf-8")
         if self._payer is None:
-            write_bytes(path, data)
-        elif not create_bytes(path, data):
+            write_bytes(path, _jsonl(rows))
+            self._written()
+            return
+        if released_before(path):
+            return
+        if self._payer.monitor is not None:  # svt: (row, the monitor's state after it), sealed with the alert
+            (row, state), = rows
+            answer = self._payer.seal_and_publish(index, state, _jsonl([row]))
+        else:
+            answer = self._payer.publish(index, _jsonl(rows), len(rows))
+        if answer.refusal is not None:
+            _LOG.warning("window %d is not published: %s", index, answer.refusal)
+            mark_unpublished(self._directory, index, answer.refusal)
+        elif not create_bytes(path, answer.content):
             _LOG.warning("window %d was already published; the new rows are dropped", index)
         self._written()
 
     def _written(self) -> None:
         if self._on_written is not None:
             self._on_written()
+
+
+def _jsonl(rows: list) -> bytes:
+    return "".join(json.dumps(row) + "\n" for row in rows).encode("utf-8")
 
 
 def mark_unpublished(directory: str, index: int, reason: str) -> bool:
@@ -180,6 +183,26 @@ def parts(directory: str) -> dict[int, bool]:
 
     found = FileSystems.match([join(directory, "window-*")])[0].metadata_list
     return {int(match.group(1)): match.group(2) == "jsonl" for item in found if (match := _PART.search(item.path))}
+
+
+def republish(directories: dict[str, str], journal: dict[str, dict[int, Artifact]]) -> dict[str, list[int]]:
+    """Make every journaled emission's file hold its journaled bytes (`accounting.ledger.journal`): a part that
+    is missing (a wiped or lost output), differs (written by something else) or was marked refused is written
+    again from the journal, never computed again. Release name -> the emissions written (releases with some)."""
+    from apache_beam.io.filesystems import FileSystems
+
+    out: dict[str, list[int]] = {}
+    for name, directory in directories.items():
+        for index, artifact in sorted(journal.get(name, {}).items()):
+            path = part_path(directory, index)
+            if FileSystems.exists(path) and read_bytes(path) == artifact.content:
+                continue
+            refused = path.removesuffix(".jsonl") + REFUSED
+            if FileSystems.exists(refused):
+                remove_file(refused)
+            write_bytes(path, artifact.content)
+            out.setdefault(name, []).append(index)
+    return out
 
 
 def released(directory: str) -> set[int]:

@@ -309,3 +309,59 @@ def _scope_other(ledger) -> str:
     scope = _scope_name()
     ledger.init_scope(scope, 4.0, 1e-6)
     return scope
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite", "postgresql"], indirect=True)
+def test_a_window_is_journaled_with_its_debit_and_every_later_ask_gets_the_first_bytes(ledger_url):
+    """`publish_stream_window`: the first artifact of (stream, release, window) is journaled in the transaction
+    that debits the window; a retry, another release of the same window and a resumed session computing it again
+    all get the journaled bytes back (the second release's window is journaled without a second debit); a
+    refused window journals nothing; a stale session gets nothing."""
+    from dpstream.accounting.ledger import Artifact
+
+    with Ledger(ledger_url, create=True) as ledger:
+        scope = _scope_name()
+        ledger.init_scope(scope, 1.0, 0.0)
+        ticket = ledger.open_stream(scope, EVENT, "job", output="/out/j", job="j1")
+        first = ledger.publish_stream_window(ticket.stream_id, 1, (0,), Artifact("h", 0, b"first\n", 1))
+        assert (first.refusal, first.content) == (None, b"first\n")
+        again = ledger.publish_stream_window(ticket.stream_id, 1, (0,), Artifact("h", 0, b"retry\n", 1))
+        assert again.content == b"first\n"
+        other = ledger.publish_stream_window(ticket.stream_id, 1, (0,), Artifact("top", 0, b"top\n", 1))
+        assert other.content == b"top\n" and len(ledger.history(scope)) == 1
+        ledger.end_stream(ticket.stream_id, 1, finished=False)
+        resumed = ledger.open_stream(scope, EVENT, "job", output="/out/j", job="j1")
+        with pytest.raises(LedgerError, match="not streaming in session 1"):
+            ledger.publish_stream_window(ticket.stream_id, 1, (1,), Artifact("h", 1, b"stale\n", 1))
+        assert ledger.publish_stream_window(resumed.stream_id, 2, (0,), Artifact("h", 0, b"fresh\n", 1)).content \
+            == b"first\n"
+        assert ledger.publish_stream_window(resumed.stream_id, 2, (1,), Artifact("h", 1, b"w1\n", 1)).content \
+            == b"w1\n"
+        refused = ledger.publish_stream_window(resumed.stream_id, 2, (2,), Artifact("h", 2, b"w2\n", 1))
+        assert refused.content is None and refused.refusal is not None and refused.refusal.startswith("refused:")
+        journal = ledger.stream_journal(ticket.stream_id)
+        assert {name: {i: a.content for i, a in items.items()} for name, items in journal.items()} == {
+            "h": {0: b"first\n", 1: b"w1\n"}, "top": {0: b"top\n"}}
+        assert len(ledger.history(scope)) == 2 and ledger.show(scope).state["spent_epsilon"] == pytest.approx(0.8)
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+def test_an_svt_alert_is_journaled_with_its_seal_and_never_answered_again(ledger_url):
+    """`seal_and_publish_stream_window`: the monitor's record after a window and that window's alert are stored in
+    one transaction; asked again (a retried or resumed writer with a fresh answer and a later state), the ledger
+    returns the journaled alert and keeps the record that covers it."""
+    from dpstream.accounting.events import ApproxDP
+    from dpstream.accounting.ledger import Artifact, MonitorRecord, StreamMonitor
+
+    with Ledger(ledger_url, create=True) as ledger:
+        scope = _scope_name()
+        ledger.init_scope(scope, 4.0, 1e-6)
+        ticket = ledger.open_stream(scope, EVENT, "job", output="/out/s", job="j1",
+                                    monitors={"busy": StreamMonitor(1.0, 1e-7, None, MonitorRecord({"w": 0}, 0.0))},
+                                    opening=ApproxDP(1.0, 1e-7))
+        answer = ledger.seal_and_publish_stream_window(ticket.stream_id, 1, "busy", MonitorRecord({"w": 1}, 10.0),
+                                                       False, Artifact("busy", 0, b"no\n", 1))
+        assert answer.content == b"no\n" and ledger.monitor_record(scope, "busy").state == {"w": 1}
+        again = ledger.seal_and_publish_stream_window(ticket.stream_id, 1, "busy", MonitorRecord({"w": 9}, 20.0),
+                                                      False, Artifact("busy", 0, b"yes\n", 1))
+        assert again.content == b"no\n" and ledger.monitor_record(scope, "busy").next_start == 10.0

@@ -133,9 +133,12 @@ def test_a_killed_stream_resumes_and_equals_one_batch_run(emulator, tmp_path, pa
     """On a period scope (user x 50 s unit: windows 0-1 in one period, window 2 in the next), on a plain gdp
     scope (a user over the whole range, paid window by window), and on a plain approx scope with an svt monitor
     (opened with one debit; sealed in the ledger after each window, so the resumed session continues it where
-    the killed one published its last alert)."""
+    the killed one published its last alert). On the plain scopes the output directory is also deleted before
+    the resume (issue 32, case 1): window 0 is written again from the ledger's journal, not computed again from
+    events that are gone, and the merged output still equals the batch run byte for byte."""
     window_s, windows, lateness_s = 25, 3, 0
     scope, releases, epsilon, users = KILLED[pays]
+    wiped = scope != "periods"  # plain scopes: the output is also wiped before the resume
     period_s = 2 * window_s if pays == "period" else None
     topic, subscription = _topic_and_subscription(emulator, f"resumed-{pays}")
     ledger = _ledger(tmp_path, 2 * window_s)
@@ -172,7 +175,15 @@ def test_a_killed_stream_resumes_and_equals_one_batch_run(emulator, tmp_path, pa
         time.sleep(max(0.0, killed.lease_until - time.time()) + 0.5)  # the killed session's lease runs out
         with Ledger(ledger) as book:
             assert book.streams_of(scope)[0].status == "stopped"
-        resumed = runner.run(jobfile.load(str(job_path)), ledger_url=ledger, log=lambda _: None, max_seconds=120)
+            journal = book.stream_journal(killed.stream_id)
+        assert {name: set(items) for name, items in journal.items()} == {name: {0} for name in names}
+        if wiped:  # issue 32, case 1: the output is lost; window 0's events were acknowledged and are gone too
+            shutil.rmtree(tmp_path / "out")
+        logged: list[str] = []
+        resumed = runner.run(jobfile.load(str(job_path)), ledger_url=ledger, log=logged.append, max_seconds=120)
+    assert any("written again from the ledger's journal" in line for line in logged) == wiped, logged
+    for name, items in journal.items():  # the published window 0 is the journaled one, never computed again
+        assert (tmp_path / "out" / "windows" / name / "window-000000.jsonl").read_bytes() == items[0].content
     assert resumed.pending == {}
     done = status.job_status(jobfile.load(str(job_path)), ledger_url=ledger)
     assert all(done["windows"][name]["published"] == 3 for name in names)

@@ -17,7 +17,8 @@ from typing import Callable
 
 import pytest
 
-from dpstream.accounting.ledger import Ledger
+from dpstream.accounting.events import PureDP
+from dpstream.accounting.ledger import Ledger, PrivacyUnit
 
 JOB = """[input]
 format = "csv"
@@ -88,6 +89,10 @@ def _corrupt_ledger(directory: Path) -> None:
         conn.execute(ledger.scopes.update().values(filter_state="{truncated"))
 
 
+SECRET = "SECRET-ROW-VALUE"
+"""A distinctive raw value: no message, ledger record or `budget history` line may quote it."""
+
+
 def _jsonl_rows(key: str) -> str:
     return "".join(json.dumps({key: f"u{u}", "time": f"2013-01-0{d + 1}T10:00:00Z", "dest": "AB"[u % 2]}) + "\n"
                    for d in range(3) for u in range(12))
@@ -143,11 +148,19 @@ CASES = [
          prepare=_corrupt_ledger),
     Case("unreachable PostgreSQL ledger", 2, r"ledger postgresql\+psycopg://nobody@127\.0\.0\.1:1/x: database error: .*"
          r"nothing was debited", args=("--ledger", "postgresql://nobody@127.0.0.1:1/x")),
+    Case("unsupported ledger URL with a password on stderr", 2, r"ledger URL 'mysql://root:\*\*\*@host/db': backend "
+         r"'mysql' is not supported; use sqlite or postgresql; nothing was debited$",
+         args=("--ledger", "mysql://root:PASSWORD@host/db")),
+    Case("ledger URL with a malformed port and a password", 2, r"ledger URL 'postgresql://\*\*\*@host:abc/db' is not "
+         r"a database URL \(sqlite:///FILE or postgresql://\.\.\.\); nothing was debited$",
+         args=("--ledger", "postgresql://u:PASSWORD@host:abc/db")),
     Case("scope missing", 2, r"budget scope 'test' is not in ledger .* create it with `dpstream budget init",
          prepare=lambda directory: _drop_scope(directory)),
     # found only by reading: the run fails, nothing is published or debited
-    Case("a bad timestamp in row 38", 2, r"events\.csv:38: column 'time': cannot parse '2013-13-01' as ISO 8601; "
+    Case("a bad timestamp in row 38", 2, r"events\.csv:38: column 'time': not an ISO 8601 time; "
          r"nothing was published or debited$", files={"events.csv": _events() + "u1,2013-13-01,A\n"}),
+    Case("a malformed time in row 38, never echoed (issue 32)", 2, r"events\.csv:38: column 'time': not an ISO 8601 "
+         r"time; nothing was published or debited$", files={"events.csv": _events() + f"u1,{SECRET},A\n"}),
     Case("a missing user in row 38", 2, r"events\.csv:38: column 'user': missing value; nothing was published or debited$",
          files={"events.csv": _events() + ",2013-01-01T10:00:00Z,A\n"}),
     Case("a ragged row", 2, r"events\.csv:38: expected 3 fields, got 4; nothing was published or debited$",
@@ -155,7 +168,20 @@ CASES = [
     # refused by the scope: nothing read
     Case("budget exhausted", 3, r"refused: release .* would exceed the budget of scope 'test'.*nothing was read or debited",
          job=_replace("epsilon = 4.0", "epsilon = 200.0")),
+    Case("a second user x period job on a plain scope with another grid", 2,
+         r"job\.toml: scope 'test' serves privacy unit user x 1d period \(periods of 86400 s from "
+         r"1970-01-01T12:00:00Z; phase 43200 s\) \(fixed at .*\), but this job's privacy unit is user x 1d period "
+         r"\(periods of 86400 s from 1970-01-01T00:00:00Z; phase 0 s\): .*use another scope for this job .*; nothing "
+         r"was debited$", job=_replace("max_partitions = 2", 'max_partitions = 2\nunit_period = "1d"'),
+         prepare=lambda directory: _noon_job_first(directory)),
 ]
+
+
+def _noon_job_first(directory: Path) -> None:
+    """A user x 1d job with daily windows from 12:00 UTC was the scope's first: it fixed the scope's unit."""
+    with Ledger(f"sqlite:///{directory / 'ledger.db'}") as ledger:
+        noon = PrivacyUnit.of(86400, 1357041600.0)  # window.start 2013-01-01T12:00:00Z
+        assert ledger.spend("test", PureDP(0.5), "job noon (daily from 12:00 UTC)", unit=noon).admitted
 
 
 def _drop_scope(directory: Path) -> None:
@@ -214,6 +240,26 @@ def test_hostile_input(case, tmp_path):
     else:
         assert outcome.stderr_lines == 1, outcome  # one line: no traceback, no library log
         assert not outcome.released and not outcome.debited
+
+
+def test_a_malformed_rows_raw_value_reaches_neither_the_message_nor_the_ledger(tmp_path):
+    """Issue 32: the reason a failed run ended is stored in the ledger and shown by `budget history`, whose views
+    are public; it names the file, row and column and the kind of problem, never the row's value."""
+    [case] = [case for case in CASES if "never echoed" in case.name]
+    outcome = run_case(case, tmp_path)
+    assert outcome.exit == 2 and SECRET not in outcome.line and re.search(case.message, outcome.line), outcome
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    with Ledger(url) as ledger:
+        [run] = ledger.runs_of("test")
+    assert run.status == "failed" and run.release_id is None
+    assert run.reason is not None and SECRET not in run.reason
+    assert re.search(r"events\.csv:38: column 'time': not an ISO 8601 time; nothing was published or debited$",
+                     run.reason), run.reason
+    for extra in ((), ("--json",)):
+        history = subprocess.run([sys.executable, "-m", "dpstream.pipelines.cli.main", "budget", "history", "--ledger",
+                                  url, "--scope", "test", *extra], capture_output=True, text=True, timeout=120)
+        assert history.returncode == 0, history.stderr
+        assert "not an ISO 8601 time" in history.stdout and SECRET not in history.stdout + history.stderr
 
 
 def test_docs_list_every_case():

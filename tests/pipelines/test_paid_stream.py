@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 
 import pytest
 
@@ -79,7 +80,7 @@ def stream(tmp_path):
         book.init_scope("s", 1.0, 0.0, unit_period=4 * HOUR)
         book.spend("s", PureDP(0.8), "another job", Periods(GRID, START // (4 * HOUR) + 1, START // (4 * HOUR) + 1))
         ticket = book.open_stream("s", PureDP(0.5), "job", output=str(tmp_path / "out"), job="digest")
-    return url, StreamPayer(url, ticket.stream_id, ticket.session, WINDOW, GRID, 60.0)
+    return url, StreamPayer(url, ticket.stream_id, ticket.session, WINDOW, GRID, 60.0, release="h")
 
 
 def _write(payer, directory, index, rows, indices=ALL, writer=streaming._WritePart):
@@ -92,7 +93,7 @@ class _IgnoresRefusals(streaming._WritePart):
 
     def process(self, element):
         index, items = element
-        self._payer.pay(index)
+        self._payer.publish(index, b'{"x": 1}\n', 1)
         path = streaming.part_path(self._directory, index)
         streaming.create_bytes(path, b"".join(b'{"x": 1}\n' for item in items if item is not None))
 
@@ -172,7 +173,7 @@ def test_the_pipeline_s_report_refresh_merges_windows_and_finishes_the_stream(tm
         book.init_scope("s", 10.0, 1e-5, unit_period=4 * HOUR)
         ticket = book.open_stream("s", PureDP(0.5), "job", output=output, job="digest")
     report = StreamReport(job, output, url, ticket.stream_id, ticket.session, "DataflowRunner", (), "now", ())
-    payer = StreamPayer(url, ticket.stream_id, ticket.session, job.window, GRID, 60.0)
+    payer = StreamPayer(url, ticket.stream_id, ticket.session, job.window, GRID, 60.0, release="h")
     directory = tmp_path / "out" / "windows" / "h"
     for index in range(7):
         fn = streaming._WritePart(str(directory), tuple(range(8)), payer, report.refresh)
@@ -270,7 +271,7 @@ def test_on_a_plain_scope_each_window_is_paid_once_and_a_refused_one_is_never_pu
     with Ledger(url, create=True) as book:
         book.init_scope("p", 1.0, 0.0)
         ticket = book.open_stream("p", PureDP(0.4), "job", output=str(tmp_path / "out"), job="digest")
-    payer = StreamPayer(url, ticket.stream_id, ticket.session, WINDOW, None, 60.0)
+    payer = StreamPayer(url, ticket.stream_id, ticket.session, WINDOW, None, 60.0, release="h")
     assert payer.steps(7) == (7,)
     directory = tmp_path / "out" / "windows" / "h"
     for index in (0, 1, 0, 1):  # retries find the recorded debits
@@ -315,8 +316,9 @@ class _PublishesBeforeSealing(streaming._WritePart):
     def process(self, element):
         index, items = element
         (row, state), = [item for item in items if item is not None]
-        streaming.create_bytes(streaming.part_path(self._directory, index), (json.dumps(row) + "\n").encode())
-        self._payer.seal(index, state)
+        content = (json.dumps(row) + "\n").encode()
+        streaming.create_bytes(streaming.part_path(self._directory, index), content)
+        self._payer.seal_and_publish(index, state, content)
 
 
 def test_an_svt_alert_is_published_only_after_its_monitor_is_sealed_in_the_ledger(tmp_path):
@@ -334,7 +336,7 @@ def test_an_svt_alert_is_published_only_after_its_monitor_is_sealed_in_the_ledge
         ticket = book.open_stream("p", PureDP(0.1), "job", output=str(tmp_path / "out"), job="digest",
                                   monitors={"busy": StreamMonitor(1.0, 1e-7, None, first)},
                                   opening=ApproxDP(1.0, 1e-7))
-    payer = StreamPayer(url, ticket.stream_id, ticket.session, WINDOW, None, 60.0, monitor="busy")
+    payer = StreamPayer(url, ticket.stream_id, ticket.session, WINDOW, None, 60.0, monitor="busy", release="busy")
     directory = tmp_path / "out" / "windows" / "busy"
 
     def alert(index: int):
@@ -430,3 +432,91 @@ def test_monitors_sealed_at_different_windows_each_resume_where_their_record_con
     answered = answered_before(resumed.plan, expected, {"h": set(), "busy": set(), "quiet": set()}, starts)
     assert answered == {"busy": {0, 1, 2}, "quiet": {0, 1}}
     assert resumed.open_stream("job", output).resumed
+
+
+class _RecomputesPaidWindows(streaming._WritePart):
+    """Negative control, the writer before the journal: asks whether the window's step is paid (the ledger says yes
+    to any session once it was) and writes the rows it computed now wherever the window has no file."""
+
+    def process(self, element):
+        index, items = element
+        with Ledger(self._payer.ledger) as book:
+            book.debit_stream(self._payer.stream_id, self._payer.session, self._payer.steps(index))
+        rows = [item for item in items if item is not None]
+        streaming.create_bytes(streaming.part_path(self._directory, index),
+                               "".join(json.dumps(row) + "\n" for row in rows).encode())
+
+
+def _wipe_and_resume(tmp_path, writer) -> tuple[float, float, dict[int, set[bytes]]]:
+    """Issue 32, case 1, as a falsification run: a plain pure scope of epsilon 1 pays windows of epsilon 0.25 as
+    they are released; two windows are published, the output is wiped (an ephemeral disk, a lifecycle rule), the
+    stream is resumed twice, and each session computes both windows again with fresh noise (events delivered
+    again). Returns (the ledger's spent epsilon, the exact pure loss of what was published, window -> every
+    distinct content published for it). Each distinct content of a window is another Laplace release of it, so
+    the exact loss of k of them is k x 0.25 (pure composition is tight for Laplace)."""
+    from dpstream.pipelines.run.paid_stream import republished
+
+    tmp_path.mkdir()
+    url, output = f"sqlite:///{tmp_path / 'ledger.db'}", str(tmp_path / "out")
+    window_epsilon = 0.25
+    with Ledger(url, create=True) as book:
+        book.init_scope("p", 1.0, 0.0)
+    directory = tmp_path / "out" / "windows" / "h"
+    published: dict[int, set[bytes]] = {0: set(), 1: set()}
+    for session in range(3):
+        with Ledger(url) as book:
+            ticket = book.open_stream("p", PureDP(window_epsilon), "job", output=output, job="digest")
+        assert ticket.session == session + 1
+        republished(url, ticket.stream_id, {"h": str(directory)}, lambda _: None)  # the launcher, on resume
+        payer = StreamPayer(url, ticket.stream_id, ticket.session, WINDOW, None, 60.0, release="h")
+        for index in (0, 1):
+            _write(payer, directory, index, [{"window": index, "noisy": 100 * session + index}], writer=writer)
+            published[index].add((directory / f"window-{index:06d}.jsonl").read_bytes())
+        with Ledger(url) as book:
+            book.end_stream(ticket.stream_id, ticket.session, finished=False)
+            spent = book.show("p").state["spent_epsilon"]
+        shutil.rmtree(output)
+    exact = sum(window_epsilon * len(contents) for contents in published.values())
+    return spent, exact, published
+
+
+def test_a_wiped_and_resumed_stream_publishes_each_paid_window_once_from_the_journal(tmp_path):
+    """The ledger's charge covers the exact loss of everything published: each window has one content, the
+    journaled one, whatever each session computed; the negative control (the writer before the journal) published
+    three noisy versions of each window for the price of one."""
+    spent, exact, published = _wipe_and_resume(tmp_path / "fixed", streaming._WritePart)
+    assert {index: len(contents) for index, contents in published.items()} == {0: 1, 1: 1}
+    assert spent == pytest.approx(0.5) and spent >= exact - 1e-12
+    spent, exact, published = _wipe_and_resume(tmp_path / "broken", _RecomputesPaidWindows)
+    assert {index: len(contents) for index, contents in published.items()} == {0: 3, 1: 3}
+    assert spent == pytest.approx(0.5) and exact == pytest.approx(1.5), "the negative control is under-charged"
+
+
+def test_a_resumed_stream_writes_published_windows_again_only_from_the_journal(tmp_path):
+    """The launcher's side (`paid_stream.republished`): a missing part, a part whose bytes were changed and a part
+    replaced by a refusal marker are all written again with the journaled bytes; unpaid windows are left alone,
+    and the windows decided afterwards are exactly the journaled ones plus the refused ones."""
+    from dpstream.pipelines.run.paid_stream import republished
+
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    with Ledger(url, create=True) as book:
+        book.init_scope("p", 1.0, 0.0)
+        ticket = book.open_stream("p", PureDP(0.3), "job", output=str(tmp_path / "out"), job="digest")
+    payer = StreamPayer(url, ticket.stream_id, ticket.session, WINDOW, None, 60.0, release="h")
+    directory = tmp_path / "out" / "windows" / "h"
+    for index in range(4):
+        _write(payer, directory, index, [{"window": index}])
+    assert streaming.parts(str(directory)) == {0: True, 1: True, 2: True, 3: False}  # 0.9 spent: 3 refused
+    original = {i: (directory / f"window-{i:06d}.jsonl").read_bytes() for i in range(3)}
+    (directory / "window-000000.jsonl").unlink()
+    (directory / "window-000001.jsonl").write_bytes(b'{"window": 1, "forged": true}\n')
+    (directory / "window-000002.jsonl").unlink()
+    (directory / "window-000002.refused").write_text("refused: forged\n")
+    logged: list[str] = []
+    decided = republished(url, ticket.stream_id, {"h": str(directory)}, logged.append)
+    assert decided == {"h": {0, 1, 2, 3}}
+    assert {i: (directory / f"window-{i:06d}.jsonl").read_bytes() for i in range(3)} == original
+    assert not (directory / "window-000002.refused").exists() and (directory / "window-000003.refused").exists()
+    assert logged == ["h: 3 published window(s) written again from the ledger's journal (their files were missing "
+                      "or changed): 0, 1, 2"]
+    assert republished(url, ticket.stream_id, {"h": str(directory)}, logged.append) == decided and len(logged) == 1
