@@ -113,6 +113,7 @@ from dpstream.accounting.ledger.periods import MAX_PERIODS_PER_SPEND, PeriodGrid
 from dpstream.accounting.ledger.records import (
     PUBLISHED,
     RUN_OUTCOMES,
+    RUNNING,
     MonitorRecord,
     MonitorView,
     PeriodsView,
@@ -154,6 +155,7 @@ __all__ = [
     "PublishAnswer",
     "PUBLISHED",
     "RUN_OUTCOMES",
+    "RUNNING",
     "ReleaseRecord",
     "RunRecord",
     "RunTicket",

@@ -198,8 +198,9 @@ class ScopeView:
                "monitors": [m.to_dict() for m in self.monitors], "created_at": self.created_at,
                "unit_period": None if self.unit_period is None else self.unit_period.text,
                "unit_period_grid": None if self.unit_period is None else self.unit_period.to_dict(), "retired": self.retired,
-               "privacy_unit": None if self.unit is None else {**self.unit.to_dict(), "text": self.unit.text,
-                                                               "fixed": self.unit_fixed}}
+               "privacy_unit": (None if self.unit_fixed is None else
+                                {"unit": "unknown", "fixed": self.unit_fixed} if self.unit is None else
+                                {**self.unit.to_dict(), "text": self.unit.text, "fixed": self.unit_fixed})}
         if self.periods is not None:
             out.update({"periods_spent": self.periods.spent, "periods_halted": self.periods.halted,
                         "largest_spent": self.periods.largest_spent, "first_period": self.periods.first,

@@ -31,7 +31,7 @@ from dpstream.accounting.ledger.decisions import (
     period_rows,
     retirement,
 )
-from dpstream.accounting.ledger.errors import LedgerConflict, LedgerError, UnknownScopeError
+from dpstream.accounting.ledger.errors import LedgerConflict, LedgerError, UnitMismatchError, UnknownScopeError
 from dpstream.accounting.ledger.journal import (
     Artifact,
     FileDigest,
@@ -81,7 +81,14 @@ from dpstream.accounting.ledger.streams import (
     stream_monitors,
     stream_record,
 )
-from dpstream.accounting.ledger.units import PrivacyUnit, check_unit, record_unit, scope_unit
+from dpstream.accounting.ledger.units import (
+    PrivacyUnit,
+    check_unit,
+    mark_unknown,
+    record_unit,
+    scope_unit,
+    unit_unused,
+)
 from dpstream.accounting.ledger.urls import masked_url
 from dpstream.accounting.text import instant_text
 
@@ -174,6 +181,8 @@ class Ledger:
         self.periods, self.release_periods, self.runs = tables.periods, tables.release_periods, tables.runs
         self.retired, self.streams = tables.retired, tables.streams
         with self._errors():
+            with self._reading() as conn:
+                found = set(sa.inspect(conn).get_table_names())
             if create:
                 tables.metadata.create_all(self.engine)
             with self._reading() as conn:
@@ -183,6 +192,9 @@ class Ledger:
                     f"ledger {self.display_url} has no budget scopes yet; create one with `dpstream budget init`"
                 )
             upgrade(self.engine, tables, existing)
+            if "dpstream_scopes" in found and tables.scope_units.name not in found:  # units were not recorded
+                with self._transaction() as conn:
+                    mark_unknown(tables, conn, now_text())
             self.ledger_id = self._identity()
 
     # -- setup ------------------------------------------------------------------------------------
@@ -326,7 +338,7 @@ class Ledger:
                 )
             )
             if unit is not None and grid is None:
-                record_unit(self.tables, conn, scope, unit, "budget init", now_text())
+                record_unit(self.tables, conn, scope, unit, "budget init", now_text(), declared=True)
         return self.show(scope)
 
     def spend(self, scope: str, event: Event, label: str, periods: Periods | None = None, *,
@@ -975,6 +987,24 @@ class Ledger:
             stored = [r.filter_state for r in period_rows(self.tables, conn, scope, periods, lock=False).values()]
         states = set(stored) | ({json.dumps(config)} if len(stored) < periods.count else set())
         return [EventFilter.from_dict(json.loads(state)) for state in sorted(states)]
+
+    def declare_unit(self, scope: str, unit: PrivacyUnit, label: str) -> str:
+        """An operator declares the privacy unit a plain scope serves (`dpstream budget unit`): where it is unknown
+        (releases from before units were recorded), not fixed yet, or fixed by jobs that never published; the one
+        line that says what changed. LedgerError for a period scope (its grid is its unit) or a scope whose unit is
+        in use and differs."""
+        with self._transaction() as conn:
+            row = self._lock_scope(conn, scope)
+            grid = scope_config(row)[0]
+            if grid is not None:
+                raise LedgerError(f"scope {scope!r} has a budget per {grid.text} period: its unit is that grid")
+            served = scope_unit(self.tables, conn, scope, grid)
+            if served is not None and served.unit is not None and served.unit != unit \
+                    and not unit_unused(self.tables, conn, scope):
+                raise UnitMismatchError(f"scope {scope!r} serves privacy unit {served.unit.text} (fixed "
+                                        f"{served.fixed}), which its releases used; it stays so")
+            record_unit(self.tables, conn, scope, unit, label, now_text(), declared=True)
+        return f"scope {scope!r} serves privacy unit {unit.text} from now on"
 
     def retire_scope(self, scope: str, reason: str) -> str:
         """End a scope for good: from now on it refuses every release and run (its record and history stay; a

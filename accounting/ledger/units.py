@@ -128,12 +128,19 @@ class PrivacyUnit:
         return cls.from_dict(json.loads(text))
 
 
+UNKNOWN = {"unit": "unknown"}
+"""What `mark_unknown` records for a plain scope that already had releases when its ledger gained units: the
+unit those releases were charged for is not known, so no job may fix it (`declare`)."""
+
+
 @dataclass(frozen=True)
 class ScopeUnit:
-    """The unit a scope serves, and how it was fixed: "AT by LABEL" (recorded), or by the period grid."""
+    """The unit a scope serves (None: unknown, `UNKNOWN`), and how it was fixed: "AT by LABEL" (recorded), or by
+    the period grid."""
 
-    unit: PrivacyUnit
+    unit: PrivacyUnit | None
     fixed: str
+    declared: bool = False  # by an operator (`budget init --unit`, `budget unit`), not by a job
 
 
 def scope_unit(tables: Tables, conn: sa.Connection, scope: str, grid: PeriodGrid | None) -> ScopeUnit | None:
@@ -145,7 +152,33 @@ def scope_unit(tables: Tables, conn: sa.Connection, scope: str, grid: PeriodGrid
     row = conn.execute(sa.select(units).where(units.c.scope == scope)).one_or_none()
     if row is None:
         return None
-    return ScopeUnit(PrivacyUnit.from_json(row.unit), f"at {row.fixed_at} by {row.fixed_by!r}")
+    stored = json.loads(row.unit)
+    declared = bool(stored.pop("declared", False))
+    known = None if stored == UNKNOWN else PrivacyUnit.from_dict(stored)
+    return ScopeUnit(known, f"at {row.fixed_at} by {row.fixed_by!r}", declared)
+
+
+def mark_unknown(tables: Tables, conn: sa.Connection, at: str) -> None:
+    """When a ledger gains the units table: every scope that already has releases serves an unknown unit (its
+    releases were charged by jobs whose units were never recorded, possibly on different grids), so the first
+    job after the upgrade cannot fix it; an operator declares it (`Ledger.declare_unit`)."""
+    scopes = conn.execute(sa.select(tables.releases.c.scope).distinct()).scalars().all()
+    for scope in scopes:
+        if conn.execute(sa.select(tables.scope_units.c.scope).where(tables.scope_units.c.scope == scope)).first():
+            continue
+        conn.execute(tables.scope_units.insert().values(scope=scope, unit=json.dumps(UNKNOWN), fixed_at=at,
+                                                        fixed_by="the upgrade that began recording privacy units"))
+
+
+def unit_unused(tables: Tables, conn: sa.Connection, scope: str) -> bool:
+    """Whether nothing has used the scope's unit yet: no release debited, no run running, no stream that may still
+    publish. A unit fixed by a job that never published may then be fixed again."""
+    releases, runs, streams = tables.releases, tables.runs, tables.streams
+    return not (conn.execute(sa.select(releases.c.id).where(releases.c.scope == scope)).first()
+                or conn.execute(sa.select(runs.c.id).where((runs.c.scope == scope) & (runs.c.status == "running")))
+                .first()
+                or conn.execute(sa.select(streams.c.id).where((streams.c.scope == scope)
+                                                               & (streams.c.status != "finished"))).first())
 
 
 def check_unit(tables: Tables, conn: sa.Connection, scope: str, grid: PeriodGrid | None,
@@ -160,8 +193,15 @@ def check_unit(tables: Tables, conn: sa.Connection, scope: str, grid: PeriodGrid
     served = scope_unit(tables, conn, scope, grid)
     if served is None:
         return True
+    if served.unit is None:
+        raise UnitMismatchError(
+            f"scope {scope!r} has releases from before dpstream recorded privacy units, so the unit they were charged "
+            f"for is unknown; read `dpstream budget history --scope {scope}`, then declare the unit its jobs used with "
+            f"`dpstream budget unit --scope {scope} --job JOB.toml` (or `--user`); nothing was debited")
     if unit == served.unit:
         return False
+    if grid is None and not served.declared and unit_unused(tables, conn, scope):
+        return True  # fixed by a job that never published: fixed again
     if served.unit.is_user or unit.is_user:
         why = ("a user holds many user x period units, and a job priced per user x period costs a user once per "
                "period it reads")
@@ -175,6 +215,11 @@ def check_unit(tables: Tables, conn: sa.Connection, scope: str, grid: PeriodGrid
         f"use another scope for this job (`dpstream budget init --scope NAME ...`); nothing was debited")
 
 
-def record_unit(tables: Tables, conn: sa.Connection, scope: str, unit: PrivacyUnit, label: str, at: str) -> None:
-    """Fix a plain scope's unit: `label` (the job) at `at` (UTC time)."""
-    conn.execute(tables.scope_units.insert().values(scope=scope, unit=unit.to_json(), fixed_at=at, fixed_by=label))
+def record_unit(tables: Tables, conn: sa.Connection, scope: str, unit: PrivacyUnit, label: str, at: str,
+                declared: bool = False) -> None:
+    """Fix a plain scope's unit: by `label` (a job, or an operator when `declared`) at `at` (UTC time), replacing
+    an unused or unknown one."""
+    stored = {**unit.to_dict(), **({"declared": True} if declared else {})}
+    conn.execute(tables.scope_units.delete().where(tables.scope_units.c.scope == scope))
+    conn.execute(tables.scope_units.insert().values(scope=scope, unit=json.dumps(stored, sort_keys=True), fixed_at=at,
+                                                    fixed_by=label))

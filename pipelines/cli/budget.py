@@ -36,6 +36,8 @@ from dpstream.accounting.ledger import (
     ScopeView,
 )
 from dpstream.accounting.text import instant_text
+from dpstream.pipelines.config import jobfile
+from dpstream.pipelines.config.jobfile import JobFileError
 from dpstream.pipelines.config.times import duration_seconds  # the job file's duration grammar ("1d", "6h", ...)
 from dpstream.pipelines.run.errors import EXIT_ERROR, EXIT_REFUSED
 
@@ -149,6 +151,18 @@ def register(subparsers) -> None:
                         help="a monitor held by a run of a dpstream from before runs were recorded")
     release.add_argument("--force", action="store_true", help="release the monitors of a published run")
     release.set_defaults(handler=_release)
+
+    unit = actions.add_parser(
+        "unit", parents=[common], help="declare the privacy unit a plain scope serves",
+        description="Declare the privacy unit of a scope without a unit period: a user (--user), or the unit of a job "
+                    "file (--job: user, or user x its unit_period on its grid). Needed where the unit is unknown "
+                    "(releases from before dpstream recorded units: read `budget history` first and declare the unit "
+                    "those jobs used); allowed where it is not fixed yet or only fixed by jobs that never published. "
+                    "A unit its releases used is never changed.")
+    declared = unit.add_mutually_exclusive_group(required=True)
+    declared.add_argument("--user", action="store_true", help="the unit is a user over all time")
+    declared.add_argument("--job", metavar="JOB.toml", help="the unit of this job file")
+    unit.set_defaults(handler=_unit)
 
     retire = actions.add_parser(
         "retire", parents=[common], help="end a scope for good: it refuses every later release and run",
@@ -285,6 +299,9 @@ def _show(args: argparse.Namespace) -> int:
 
 def _unit_text(view: ScopeView) -> str:
     """The privacy unit the scope serves, and how it was fixed (`accounting.ledger.units`)."""
+    if view.unit is None and view.unit_fixed is not None:
+        return (f"unknown: releases from before units were recorded (marked {view.unit_fixed}); declare it with "
+                f"`dpstream budget unit`")
     if view.unit is None:
         return "not fixed yet (the first job fixes it; jobs of another unit or period grid are then refused)"
     return f"{view.unit.text} (fixed {view.unit_fixed})"
@@ -392,6 +409,18 @@ def _history(args: argparse.Namespace) -> int:
 def _retire(args: argparse.Namespace) -> int:
     with Ledger(args.ledger, on_wait=_tell) as ledger:
         print(ledger.retire_scope(args.scope, args.reason))
+    return 0
+
+
+@_reports(LedgerError, JobFileError)
+def _unit(args: argparse.Namespace) -> int:
+    if args.user:
+        unit, label = PrivacyUnit(), "`dpstream budget unit --user`"
+    else:
+        job = jobfile.load(args.job)
+        unit, label = PrivacyUnit.of(job.privacy.unit_period, job.window.start), f"`dpstream budget unit --job {args.job}`"
+    with Ledger(args.ledger, on_wait=_tell) as ledger:
+        print(ledger.declare_unit(args.scope, unit, label))
     return 0
 
 

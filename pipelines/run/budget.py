@@ -65,6 +65,7 @@ from dpstream.accounting.filters import ApproxDPFilter, EventFilter
 from dpstream.accounting.ledger import (
     DEFAULT_LEASE_SECONDS,
     PUBLISHED,
+    RUNNING,
     FileDigest,
     Ledger,
     LedgerConflict,
@@ -474,32 +475,36 @@ class Budget:
                                    f"{run.release_id}; confirmed after the ledger connection failed)", after)
             raise RunError(f"{error}; nothing was debited") from error
         raise CommitInDoubt(f"{error}; whether ledger run {admission.run_id} was debited is unknown (the ledger "
-                            f"cannot be reached); its outputs stay staged, and the next run of this job into the "
-                            f"same output publishes them if the ledger recorded the debit") from error
+                            f"cannot be reached); its outputs stay staged: for a local output the next run of this "
+                            f"job into it publishes them if the ledger recorded the debit (on an object store, see "
+                            f"`dpstream budget history` and copy them by hand)") from error
 
     def abandon(self, admission: Admission, reason: str) -> None:
         """End the run unpublished (outcome failed): nothing is debited and its leases end."""
         with self._ledger("its leases run out by themselves") as ledger:
             ledger.end_run(admission.run_id, reason)
 
-    def journaled_files(self, report: dict[str, Any]) -> tuple[FileDigest, ...] | None:
-        """The files the ledger journaled for the run a staged report.json describes, when that run was debited
-        on this budget's scope and ledger (a run killed between its debit and its publication); None when it was
-        not (or is another ledger's: runs are matched by the ledger's id and the run id, not by the URL's
-        spelling). A run debited before the journal has no files journaled: ()."""
+    def staged_run(self, report: dict[str, Any]) -> tuple[str, tuple[FileDigest, ...]]:
+        """What the ledger says of the run a staged report.json describes (a run that stopped between its debit and
+        its publication, or before): ("debited", the files journaled with its debit; () for a run debited before
+        the journal), ("unpaid", ()) when this ledger shows it never published (its staging may go), or
+        ("unknown", ()) when it cannot say: another ledger (runs are matched by the ledger's id and the run id,
+        never by how its URL is spelled), a run still running (a commit in doubt), an unreadable report."""
         budget = report.get("budget") or {}
-        if budget.get("scope") != self.scope or not isinstance(budget.get("run_id"), int):
-            return None
+        if not isinstance(budget.get("run_id"), int):
+            return "unknown", ()
         with self._ledger("a staged run's outcome is unknown, so it was neither published nor removed") as ledger:
             if budget.get("ledger_id", ledger.ledger_id) != ledger.ledger_id:
-                return None
+                return "unknown", ()
             if budget.get("ledger_id") is None and budget.get("ledger") != ledger.display_url:
-                return None  # a report written before ledgers had ids: only its URL can match it
+                return "unknown", ()  # a report written before ledgers had ids: only its URL can match it
             try:
                 run = ledger.run(budget["run_id"])
             except LedgerError:
-                return None
-            return ledger.run_files(run.run_id) if run.status == PUBLISHED and run.scope == self.scope else None
+                return "unknown", ()
+            if run.status == PUBLISHED:
+                return "debited", ledger.run_files(run.run_id)
+            return ("unknown", ()) if run.status == RUNNING else ("unpaid", ())
 
     def debit(self, label: str | None = None) -> Debit:
         """Admit and debit at once, keeping the monitors leased until `check_in`: for a pipeline whose own sinks

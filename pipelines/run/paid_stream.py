@@ -35,7 +35,7 @@ from typing import Any, Iterable, Sequence
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from dpstream.accounting.ledger import Ledger, PeriodGrid, Periods, StreamTicket
+from dpstream.accounting.ledger import Artifact, Ledger, PeriodGrid, Periods, StreamTicket
 from dpstream.accounting.text import instant_text
 from dpstream.connectors.files import filesystems, join
 from dpstream.pipelines.config.jobfile import Job
@@ -43,7 +43,7 @@ from dpstream.pipelines.config.specs import WindowSpec
 from dpstream.pipelines.planning import JobPlan, PeakPlan, SvtPlan
 from dpstream.pipelines.run import streaming as streaming_io
 from dpstream.pipelines.run.budget import Budget
-from dpstream.pipelines.run.errors import RunError
+from dpstream.pipelines.run.errors import EXIT_INTERRUPTED, RunError
 from dpstream.pipelines.run.job_graph import build_pipeline, pipeline_error
 from dpstream.pipelines.run.lease import LeaseKeeper
 from dpstream.pipelines.run.payment import StreamPayer
@@ -135,8 +135,11 @@ def run_stream(job: Job, job_budget: Budget, grid: PeriodGrid | None, options: P
         raise RunError(f"{job.source}: the DirectRunner runs the pipeline inside this process, so the launcher "
                        f"cannot leave it; run without --detach, or on Dataflow or Flink; nothing was debited")
     unfinished = job_budget.unfinished_stream(output_dir)  # read its journal first: it says what was published
-    decided = ({name: streaming_io.released(directory) for name, directory in parts.items()} if unfinished is None
-               else republished(job_budget.url, unfinished.stream_id, parts, log))
+    decided = {name: streaming_io.released(directory) for name, directory in parts.items()}
+    if unfinished is not None:
+        decided, journal = republished(job_budget.url, unfinished.stream_id, parts, log)
+        before = paid_unjournaled(job_budget.plan, job.window, grid, expected, decided, unfinished.debited, journal)
+        decided = {name: indices | before[name] for name, indices in decided.items()}
     _check_output(output_dir, any(decided.values()))
     if any(decided.values()):
         job_budget.check_resumable(output_dir)
@@ -156,7 +159,10 @@ def run_stream(job: Job, job_budget: Budget, grid: PeriodGrid | None, options: P
         if has_windows and not ticket.resumed:  # another stream finished there meanwhile
             raise RunError(f"{output_dir} holds windows of a stream that finished; write to another output; "
                            f"nothing was debited")
-        decided = republished(job_budget.url, ticket.stream_id, parts, log)
+        decided, journal = republished(job_budget.url, ticket.stream_id, parts, log)
+        before = paid_unjournaled(job_budget.plan, job.window, grid, expected, decided, ticket.debited, journal)
+        mark_paid_unjournaled(parts, before)
+        decided = {name: indices | before[name] for name, indices in decided.items()}
         answered = answered_before(job_budget.plan, expected, decided, monitor_starts)
         decided = {name: indices | answered.get(name, set()) for name, indices in decided.items()}
         later = resume_point(job_budget.plan, job.window, grid, decided, expected, ticket.debited)
@@ -190,8 +196,10 @@ def run_stream(job: Job, job_budget: Budget, grid: PeriodGrid | None, options: P
                      + ("windows" if grid is None else "periods") + " not reached were not debited")
         raise RunError(f"{str(error).removesuffix('; nothing was published or debited')}; {published}",
                        error.exit_code) from err
-    except BaseException:
+    except BaseException as err:
         job_budget.end_stream(ticket, finished=False, reason="interrupted")
+        if isinstance(err, KeyboardInterrupt):
+            raise RunError(_interrupted(ticket, parts), EXIT_INTERRUPTED) from err
         raise
     pending = _pending(remaining, seen.released)
     job_budget.end_stream(ticket, finished=not pending, reason="stopped at max_seconds" if pending else None)
@@ -207,16 +215,54 @@ def run_stream(job: Job, job_budget: Budget, grid: PeriodGrid | None, options: P
     return StreamOutcome(content, stream_report.files, pending)
 
 
-def republished(ledger_url: str, stream_id: int, parts: dict[str, str], log) -> dict[str, set[int]]:
+def republished(ledger_url: str, stream_id: int, parts: dict[str, str],
+                log) -> tuple[dict[str, set[int]], dict[str, dict[int, Artifact]]]:
     """Bring the stream's window files in line with its journal (`streaming.republish`: a published window whose
     file is gone or changed is written again with its journaled bytes, never computed again), log what was
-    written, and return release name -> the windows decided now."""
+    written; (release name -> the windows decided now, the journal)."""
     with Ledger(ledger_url) as ledger:
         journal = ledger.stream_journal(stream_id)
     for name, indices in streaming_io.republish(parts, journal).items():
         log(f"{name}: {len(indices)} published window(s) written again from the ledger's journal (their files were "
             f"missing or changed): {', '.join(str(i) for i in indices[:10])}{' ...' if len(indices) > 10 else ''}")
-    return {name: streaming_io.released(directory) for name, directory in parts.items()}
+    return {name: streaming_io.released(directory) for name, directory in parts.items()}, journal
+
+
+def paid_unjournaled(plan: JobPlan, window: WindowSpec, grid: PeriodGrid | None, expected: dict[str, tuple[int, ...]],
+                     decided: dict[str, set[int]], paid: Iterable[int],
+                     journal: dict[str, dict[int, Artifact]]) -> dict[str, set[int]]:
+    """Release name -> its undecided emissions that read a step (window, or period) the stream paid for although
+    no journaled window reads it. A session that journals pays a step only together with the first window it
+    publishes there, so such a step was paid by a session of an older dpstream, which kept no journal: its
+    windows may have been published, and their files are gone. They are never published again (their content is
+    unknown; computing them again would publish a second noisy version for the price of one)."""
+    def steps(name: str, index: int) -> set[int]:
+        if grid is None:
+            return {index}
+        periods = Periods.overlapping(*_span(plan[name], window, index), grid)
+        return set(range(periods.first, periods.first + periods.count))
+
+    covered = {step for name, items in journal.items() for index in items for step in steps(name, index)}
+    legacy = set(paid) - covered
+    return {name: {i for i in indices if i not in decided[name] and steps(name, i) & legacy}
+            for name, indices in expected.items()}
+
+
+def mark_paid_unjournaled(parts: dict[str, str], indices: dict[str, set[int]]) -> None:
+    """Decide the windows of `paid_unjournaled` as never published again (a `.refused` part saying why)."""
+    for name, found in indices.items():
+        for index in sorted(found):
+            streaming_io.mark_unpublished(parts[name], index, "not published again: a session of an older dpstream, "
+                                                              "which kept no journal, paid for this window and may "
+                                                              "have published it; its file is gone")
+
+
+def _interrupted(ticket: StreamTicket, parts: dict[str, str]) -> str:
+    """What an interrupted stream leaves, read back from its outputs after its session ended (no later window can
+    be paid: the ledger refuses the ended session)."""
+    published = {name: sum(streaming_io.parts(directory).values()) for name, directory in parts.items()}
+    return (f"interrupted; stream {ticket.stream_id} stopped (run the job again to resume it); the windows it "
+            f"published stay published and paid: " + ", ".join(f"{name} {count}" for name, count in published.items()))
 
 
 def _pending(remaining: dict[str, tuple[int, ...]], released: dict[str, set[int]]) -> dict[str, int]:

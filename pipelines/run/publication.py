@@ -19,6 +19,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import shutil
 import tempfile
 import uuid
@@ -41,9 +42,10 @@ class Publication:
     and makes the staging directory; leaving without `publish` discards the staging directory."""
 
     def __init__(self, output_dir: str, overwrite: bool = False,
-                 journaled: Callable[[dict[str, Any]], tuple[FileDigest, ...] | None] | None = None,
+                 journaled: Callable[[dict[str, Any]], tuple[str, tuple[FileDigest, ...]]] | None = None,
                  log: Callable[[str], None] = print) -> None:
         self.output_dir, self.overwrite, self._journaled, self._log = output_dir, overwrite, journaled, log
+        self.transient: tuple[str, ...] = ()  # staged folders that are never published (checked nor journaled)
         self.local = is_local(output_dir)
         self.staging = ""
         self.published = False
@@ -115,33 +117,46 @@ class Publication:
         so no live run owns one). One whose run the ledger debited (`journaled` says, from its staged report.json,
         matching the ledger by its id) is published now, if its files are exactly those journaled with the debit
         and the output directory is absent or empty, and kept otherwise (with a note); any other is removed."""
+        mine = re.compile(re.escape(f".{name}{_STAGING}") + r"[a-z0-9_]{8}")  # `mkdtemp`'s names, no other
         for entry in sorted(os.listdir(parent)):
-            if not entry.startswith(f".{name}{_STAGING}"):
+            if not mine.fullmatch(entry):
                 continue
             staged = os.path.join(parent, entry)
             try:
                 with open(os.path.join(staged, REPORT_JSON), encoding="utf-8") as handle:
                     report = json.load(handle)
-            except (OSError, ValueError):
-                report = None
-            files = None if report is None or self._journaled is None else self._journaled(report)
-            if files is None:
+                run = f"ledger run {report['budget']['run_id']}"
+            except (OSError, ValueError, KeyError, TypeError):
+                report = None  # no report: the run ended before its debit (reports are staged first)
+            verdict, files = ("unpaid", ()) if report is None or self._journaled is None else self._journaled(report)
+            if verdict == "unpaid":
                 shutil.rmtree(staged, ignore_errors=True)
                 continue
-            run = f"ledger run {report['budget']['run_id']}"
             changed = _differences(files, _staged_digests(staged)) if files else []
-            if changed:
+            if verdict != "debited":
+                self._log(f"note: {staged} holds the outputs of {run}, which this ledger cannot say was debited or "
+                          f"not (another ledger, or a commit in doubt); they are kept there, unpublished")
+            elif changed:
                 self._log(f"note: {run} was debited but its staged outputs in {staged} differ from what its debit "
                           f"journaled ({changed[0]}); they are kept there, unpublished")
             elif os.path.exists(self.output_dir) and os.listdir(self.output_dir):
                 self._log(f"note: {run} was debited but not published; its outputs wait in {staged} while "
                           f"{self.output_dir} holds other files")
             else:
-                self.staging = staged
-                self._publish_local()
-                self.staging = ""
-                self._log(f"published {self.output_dir}: {run} was debited and then stopped before publishing its "
-                          f"outputs")
+                self._publish_recovered(staged, run)
+
+    def _publish_recovered(self, staged: str, run: str) -> None:
+        """Publish a debited run's kept staging; when that fails too, it stays (RunError, nothing debited now)."""
+        self.staging = staged
+        try:
+            self._publish_local()
+        except OSError as err:
+            raise RunError(f"{run} was debited but its outputs in {staged} cannot be published into "
+                           f"{self.output_dir}: {err.strerror or err}; they stay there; this run debited "
+                           f"nothing") from err
+        finally:
+            self.staging = ""
+        self._log(f"published {self.output_dir}: {run} was debited and then stopped before publishing its outputs")
 
     def _check_existing(self, exists: bool, is_directory, entries) -> None:
         """Refuse an output directory that is not a directory, holds a published run (unless overwrite), or holds
@@ -202,8 +217,10 @@ class Publication:
         return join(self.output_dir, staged[len(self.staging):].lstrip("/"))
 
     def digests(self) -> tuple[FileDigest, ...]:
-        """Every staged file's path (inside the output), size and digest: what the debit journals."""
-        return _staged_digests(self.staging)
+        """Every staged file's path (inside the output), size and digest, but those under `transient` folders:
+        what the debit journals."""
+        return tuple(f for f in _staged_digests(self.staging)
+                     if not any(f.name.startswith(folder + "/") for folder in self.transient))
 
     def verify(self, journaled: tuple[FileDigest, ...], when: str) -> None:
         """RunError unless the staged files are exactly `journaled` (a file removed, added or changed since)."""
@@ -230,9 +247,11 @@ class Publication:
                 self._publish_url()
         except (OSError, RunError) as err:
             detail = err if isinstance(err, RunError) else f"publishing {self.output_dir} failed: {err}"
+            after = (f"the next run of this job into {self.output_dir} publishes them (it debits nothing for them)"
+                     if self.local else f"on an object store no later run publishes them: copy them into "
+                                        f"{self.output_dir} (report.json last)")
             raise RunError(f"the debit was committed but {detail}; the complete outputs are kept in {self.staging} "
-                           f"and the next run of this job into {self.output_dir} publishes them (it debits nothing "
-                           f"for them)", EXIT_ERROR) from err
+                           f"and {after}", EXIT_ERROR) from err
         self.published = True
 
     def _publish_local(self) -> None:

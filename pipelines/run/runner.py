@@ -173,8 +173,9 @@ def run(
                        f"launcher must stay; nothing was debited")
     if streaming:
         check_event_time(job.window, options, time.time())
-    with Publication(output_dir, overwrite, job_budget.journaled_files, log) as publication, ExitStack() as debiting:
+    with Publication(output_dir, overwrite, job_budget.staged_run, log) as publication, ExitStack() as debiting:
         files = {spec.name: release_path(publication.staging, spec.name, job.output.format) for spec in job.releases}
+        publication.transient = (streaming_io.PARTS_DIR,)  # window parts a late bundle may still write: never published
         parts = ({spec.name: join(publication.staging, streaming_io.PARTS_DIR, spec.name) for spec in job.releases}
                  if streaming else None)
         try:
@@ -215,8 +216,8 @@ def run(
             job_budget.close()
         log(debit.message)
         progress(STAGES[4])
-        if streaming:  # a bundle still running when the pipeline was cancelled may have written a window since
-            remove_tree(join(publication.staging, streaming_io.PARTS_DIR))
+        # a bundle still running when a stream's pipeline was cancelled may have written a window part since
+        remove_tree(join(publication.staging, streaming_io.PARTS_DIR))
         try:
             publication.verify(journaled, "after the debit")
         except RunError as err:

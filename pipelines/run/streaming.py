@@ -274,18 +274,11 @@ def run_until_released(pipeline: beam.Pipeline, directories: dict[str, str], exp
             ended.set()
 
     threading.Thread(target=wait, name="dpstream-pipeline", daemon=True).start()
-    outcome = None
-    while True:
-        finished = ended.is_set()  # read before the files, so a finished pipeline's last files are seen
-        seen = {name: released(directory) for name, directory in directories.items()}
-        outcome, before = StreamingOutcome(seen, expected, time.monotonic() - started), outcome
-        for index in newly_complete(before, outcome) if on_window else ():
-            on_window(index)
-        if outcome.complete or finished:
-            break
-        if max_seconds is not None and outcome.seconds >= max_seconds:
-            break
-        ended.wait(POLL_S)
+    try:
+        outcome = _watch(directories, expected, max_seconds, on_window, started, ended)
+    except BaseException:  # Ctrl-C: the caller ends the stream's session; the pipeline stops here too
+        _cancel(result)
+        raise
     if failure:
         raise failure[0]
     if not ended.is_set():
@@ -294,3 +287,27 @@ def run_until_released(pipeline: beam.Pipeline, directories: dict[str, str], exp
         result.cancel()
         _LOG.info("streaming run: pipeline cancelled after %.1fs", time.monotonic() - started)
     return outcome
+
+
+def _watch(directories: dict[str, str], expected: dict[str, tuple[int, ...]], max_seconds: float | None, on_window,
+           started: float, ended: threading.Event) -> StreamingOutcome:
+    """Poll the emissions' files until every one is there, the pipeline ended, or `max_seconds` passed."""
+    outcome = None
+    while True:
+        finished = ended.is_set()  # read before the files, so a finished pipeline's last files are seen
+        seen = {name: released(directory) for name, directory in directories.items()}
+        outcome, before = StreamingOutcome(seen, expected, time.monotonic() - started), outcome
+        for index in newly_complete(before, outcome) if on_window else ():
+            on_window(index)
+        if outcome.complete or finished:
+            return outcome
+        if max_seconds is not None and outcome.seconds >= max_seconds:
+            return outcome
+        ended.wait(POLL_S)
+
+
+def _cancel(result) -> None:
+    try:
+        result.cancel()
+    except Exception:  # a runner that cannot cancel: its workers find the session ended and publish nothing
+        _LOG.warning("the pipeline could not be cancelled")

@@ -29,6 +29,27 @@ MIDNIGHT = PrivacyUnit.of(PeriodGrid.of(DAY), JAN1)
 NOON = PrivacyUnit.of(PeriodGrid.of(DAY), JAN1 + DAY / 2)
 USER = PrivacyUnit.of(None, JAN1)
 NEW_YORK = PrivacyUnit.of(PeriodGrid.of("1day", "America/New_York"), JAN1 + 5 * 3600)
+JOB_A = """
+[input]
+format = "csv"
+path = "events.csv"
+user = "user"
+timestamp = "time"
+partition = "dest"
+partitions = ["A"]
+[window]
+size = "1d"
+start = 2013-01-01
+end = 2013-01-04
+[privacy]
+scope = "s"
+epsilon = 0.5
+delta = 1e-6
+unit_period = "1d"
+[[release]]
+kind = "histogram"
+name = "daily"
+"""
 
 
 # -- the unit -----------------------------------------------------------------------------------------
@@ -219,20 +240,53 @@ def test_init_fixes_a_unit(ledger_url, capsys):  # noqa: F811
     assert "--unit user is for a scope without --unit-period" in capsys.readouterr().err
 
 
-def test_an_older_ledger_gains_the_table_and_its_next_job_fixes_the_unit(tmp_path, capsys):
-    """A ledger written before units: opening it adds the table; runs debited before are not checked, the first
-    job after fixes the unit."""
+def test_an_older_ledger_s_scopes_with_releases_serve_an_unknown_unit_until_one_is_declared(tmp_path, capsys):
+    """Review finding: a ledger written before units gained the table empty, so the first job after the upgrade
+    fixed the unit whatever grid the earlier releases used (daily from midnight before, from noon after: loss 1.5
+    for 1.0 charged). Now a scope that already had releases serves an unknown unit: every job is refused until an
+    operator declares it (`dpstream budget unit`); a scope without releases is fixed by its first job."""
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
     with Ledger(url, create=True) as ledger:
         ledger.init_scope("s", 2.0, 0.0)
-        ledger.spend("s", PureDP(0.5), "before the upgrade")
+        ledger.init_scope("empty", 2.0, 0.0)
+        ledger.spend("s", PureDP(0.5), "job A, daily from midnight, before the upgrade")
     engine = sa.create_engine(url)
     with engine.begin() as conn:
         conn.exec_driver_sql("DROP TABLE dpstream_scope_units")
     engine.dispose()
     assert cli.main(["budget", "show", "--ledger", url, "--scope", "s"]) == 0
-    assert "  privacy unit: not fixed yet (the first job fixes it" in capsys.readouterr().out
+    assert "  privacy unit: unknown: releases from before units were recorded" in capsys.readouterr().out
     with Ledger(url) as ledger:
-        assert ledger.open_run("s", PureDP(0.5), "after", unit=NOON).admitted
+        before = _state(ledger, "s")
+        with pytest.raises(UnitMismatchError, match="releases from before dpstream recorded privacy units, so the "
+                                                    "unit they were charged for is unknown; .*budget unit"):
+            ledger.open_run("s", PureDP(0.5), "job B, daily from noon", unit=NOON)
+        assert _state(ledger, "s") == before
+        assert ledger.open_run("empty", PureDP(0.5), "first", unit=NOON).admitted
+    job = tmp_path / "job.toml"
+    job.write_text(JOB_A)
+    assert cli.main(["budget", "unit", "--ledger", url, "--scope", "s", "--job", str(job)]) == 0
+    assert "serves privacy unit user x 1d period (periods of 86400 s from 1970-01-01T00:00:00Z" in \
+        capsys.readouterr().out
+    with Ledger(url) as ledger:
+        assert ledger.show("s").unit == MIDNIGHT
         with pytest.raises(UnitMismatchError):
-            ledger.open_run("s", PureDP(0.5), "midnight", unit=MIDNIGHT)
+            ledger.open_run("s", PureDP(0.5), "job B, daily from noon", unit=NOON)
+        assert ledger.open_run("s", PureDP(0.5), "job A again", unit=MIDNIGHT).admitted
+    assert cli.main(["budget", "unit", "--ledger", url, "--scope", "s", "--user"]) == 2
+    assert "which its releases used; it stays so" in capsys.readouterr().err
+
+
+def test_a_unit_fixed_by_a_job_that_never_published_may_be_fixed_again(ledger_url):  # noqa: F811
+    """Review finding: an admitted run that then failed fixed the unit for good. While nothing used the unit (no
+    release, no running run, no stream that may publish) another job fixes it again; not while that run runs."""
+    with Ledger(ledger_url, create=True) as ledger:
+        ledger.init_scope("plain", 2.0, 0.0)
+        first = ledger.open_run("plain", PureDP(0.5), "2-day job", unit=PrivacyUnit.of(2 * DAY, JAN1))
+        with pytest.raises(UnitMismatchError):
+            ledger.open_run("plain", PureDP(0.5), "daily job", unit=MIDNIGHT)  # the 2-day run may still publish
+        ledger.end_run(first.run_id, "failed")
+        assert ledger.open_run("plain", PureDP(0.5), "daily job", unit=MIDNIGHT).admitted
+        assert ledger.show("plain").unit == MIDNIGHT
+
+

@@ -236,6 +236,45 @@ def test_a_killed_stream_resumes_and_equals_one_batch_run(emulator, tmp_path, pa
     shutil.rmtree(tmp_path / "batch")
 
 
+@pytest.mark.timeout(200)
+def test_ctrl_c_stops_a_stream_within_seconds_and_says_what_it_published_and_paid(emulator, tmp_path):
+    """Issue 32, case 8: a stream given Ctrl-C just after its first window was published used to run on (and pay
+    and publish) or to exit saying it "published nothing and was not debited". Now SIGINT ends the session, cancels
+    the pipeline and exits 130 within seconds, naming the windows it published, which the ledger shows paid; no
+    window is published after it."""
+    window_s, windows = 25, 3
+    topic, subscription = _topic_and_subscription(emulator, "interrupted")
+    ledger = _ledger(tmp_path, 2 * window_s)
+    start = _on_grid(window_s)
+    _publish(emulator[0], topic, _events(start, window_s, [0, 1, 2]))
+    job_path = tmp_path / "job.toml"
+    job_path.write_text(_job(start, windows, window_s, None, 0, pubsub_input(subscription), "out", "plain"))
+    command = [sys.executable, "-m", "dpstream.pipelines.cli.main", "run", str(job_path), "--ledger", ledger,
+               "--max-seconds", "150"]
+    with _traffic(emulator[0], topic, start + 3600):
+        child = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                 start_new_session=True)
+        report_path, deadline = tmp_path / "out" / "report.json", time.time() + 150
+        while not (report_path.exists() and _pending(report_path) == {"counts": 2, "top": 2}):
+            assert child.poll() is None and time.time() < deadline, child.stderr.read().decode()[-2000:]
+            time.sleep(0.2)
+        interrupted = time.time()
+        os.killpg(child.pid, signal.SIGINT)
+        code = child.wait(timeout=60)
+        stopped_after = time.time() - interrupted
+        stderr = child.stderr.read().decode()
+    assert code == 130, stderr
+    assert stopped_after < 20, stopped_after
+    assert "interrupted; stream 1 stopped (run the job again to resume it); the windows it published stay " \
+           "published and paid: counts 1, top 1" in stderr, stderr
+    time.sleep(window_s + 5)  # window 1's release time passes: nothing is published after the exit
+    parts = {name: sorted(p.name for p in (tmp_path / "out" / "windows" / name).iterdir()) for name in ("counts", "top")}
+    assert parts == {"counts": ["window-000000.jsonl"], "top": ["window-000000.jsonl"]}
+    with Ledger(ledger) as book:
+        (stream,) = book.streams_of("plain")
+        assert stream.status == "stopped" and sorted(stream.debited) == [0] and stream.reason == "interrupted"
+
+
 def _svt_job(start: float, windows: int, input_table: str, output: str, scope: str) -> str:
     return job_text(input_table=input_table, start=start, windows=windows, window_s=SVT_WINDOW_S, output=output,
                     scope=scope, epsilon=4.0, seed=17, releases=COUNTS_AND_ALERTS, partitions=("A", "B"))

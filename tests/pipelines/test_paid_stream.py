@@ -513,10 +513,48 @@ def test_a_resumed_stream_writes_published_windows_again_only_from_the_journal(t
     (directory / "window-000002.jsonl").unlink()
     (directory / "window-000002.refused").write_text("refused: forged\n")
     logged: list[str] = []
-    decided = republished(url, ticket.stream_id, {"h": str(directory)}, logged.append)
-    assert decided == {"h": {0, 1, 2, 3}}
+    decided, journal = republished(url, ticket.stream_id, {"h": str(directory)}, logged.append)
+    assert decided == {"h": {0, 1, 2, 3}} and {name: set(items) for name, items in journal.items()} == {"h": {0, 1, 2}}
     assert {i: (directory / f"window-{i:06d}.jsonl").read_bytes() for i in range(3)} == original
     assert not (directory / "window-000002.refused").exists() and (directory / "window-000003.refused").exists()
     assert logged == ["h: 3 published window(s) written again from the ledger's journal (their files were missing "
                       "or changed): 0, 1, 2"]
-    assert republished(url, ticket.stream_id, {"h": str(directory)}, logged.append) == decided and len(logged) == 1
+    assert republished(url, ticket.stream_id, {"h": str(directory)}, logged.append)[0] == decided and len(logged) == 1
+
+
+@pytest.mark.parametrize("grid", [None, GRID], ids=["plain scope", "period scope"])
+def test_windows_paid_before_the_journal_are_never_published_again_after_a_wipe(tmp_path, grid):
+    """Review finding: a stream opened by an older dpstream (no journal) paid windows 0-1 and published them; its
+    output is wiped, and the new code resumes it. Those windows have no journaled bytes, and their steps are paid,
+    so recomputing them would publish a second noisy version for free; they are decided as never published again
+    (on a period scope, every window of the paid period without a journaled window). The resumed session's own
+    windows are journaled and paid as usual."""
+    from dpstream.pipelines.run.paid_stream import mark_paid_unjournaled, paid_unjournaled, republished
+
+    url, output = f"sqlite:///{tmp_path / 'ledger.db'}", str(tmp_path / "out")
+    with Ledger(url, create=True) as book:
+        book.init_scope("p", 1.0, 0.0, unit_period=None if grid is None else 4 * HOUR)
+        ticket = book.open_stream("p", PureDP(0.25), "job", output=output, job="digest")
+    directory = tmp_path / "out" / "windows" / "h"
+    legacy = StreamPayer(url, ticket.stream_id, ticket.session, WINDOW, grid, 60.0, release="h")
+    for index in (0, 1):
+        _write(legacy, directory, index, [{"window": index, "noisy": 1}], writer=_RecomputesPaidWindows)
+    with Ledger(url) as book:
+        book.end_stream(ticket.stream_id, ticket.session, finished=False)
+        resumed = book.open_stream("p", PureDP(0.25), "job", output=output, job="digest")
+    shutil.rmtree(output)
+    parts = {"h": str(directory)}
+    decided, journal = republished(url, resumed.stream_id, parts, lambda _: None)
+    before = paid_unjournaled(_plan(ContributionBounds()), WINDOW, grid, {"h": ALL}, decided, resumed.debited, journal)
+    assert before == {"h": {0, 1} if grid is None else {0, 1, 2, 3}}  # period 0 holds windows 0-3
+    mark_paid_unjournaled(parts, before)
+    payer = StreamPayer(url, resumed.stream_id, resumed.session, WINDOW, grid, 60.0, release="h")
+    for index in (0, 1, 4):
+        _write(payer, directory, index, [{"window": index, "noisy": 2}])
+    assert streaming.parts(str(directory)) == {**{i: False for i in before["h"]}, 4: True}
+    assert "an older dpstream" in (directory / "window-000000.refused").read_text()
+    with Ledger(url) as book:
+        assert set(book.stream_journal(resumed.stream_id)["h"]) == {4}
+        assert paid_unjournaled(_plan(ContributionBounds()), WINDOW, grid, {"h": ALL}, {"h": set()},
+                                book.stream(resumed.stream_id).debited, book.stream_journal(resumed.stream_id)) \
+            == before, "steps paid with a journaled window are not legacy; the legacy ones stay so"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import signal
 
 import pytest
@@ -255,3 +256,90 @@ def test_a_commit_the_ledger_cannot_confirm_keeps_the_staging_for_the_next_run(t
         runner.run(job, str(tmp_path / "out"), url, log=logged.append)
     assert any("ledger run 1 was debited and then stopped before publishing" in line for line in logged)
     assert _debits(url) == (1, ["published"]) and not _staging(tmp_path)
+
+
+def test_a_recovery_whose_rename_fails_again_keeps_the_debited_outputs(tmp_path, monkeypatch):
+    """Review finding: the next run's recovery hit the same EBUSY and its error path discarded the recovered
+    staging: ledger published, files gone. The staging now stays, the run says so in one line and debits
+    nothing; a later run whose rename works publishes it."""
+    job, url = _setup(tmp_path)
+
+    def busy(self):
+        raise OSError(errno.EBUSY, "Device or resource busy", self.output_dir)
+
+    monkeypatch.setattr(Publication, "_publish_local", busy)
+    with pytest.raises(runner.RunError, match="the complete outputs are kept in"):
+        runner.run(job, str(tmp_path / "out"), url, **QUIET)
+    with pytest.raises(runner.RunError, match=r"ledger run 1 was debited but its outputs in .* cannot be published "
+                                              r"into .*: Device or resource busy; they stay there; this run debited "
+                                              r"nothing"):
+        runner.run(job, str(tmp_path / "out"), url, **QUIET)
+    assert len(_staging(tmp_path)) == 1 and _debits(url) == (1, ["published"])
+    monkeypatch.undo()
+    with pytest.raises(runner.RunError, match="holds a published run"):
+        runner.run(job, str(tmp_path / "out"), url, **QUIET)
+    with Ledger(url) as ledger:
+        assert _digests(tmp_path / "out") == ledger.run_files(1)
+
+
+def test_a_run_on_another_scope_or_ledger_never_deletes_a_debited_run_s_staging(tmp_path, monkeypatch):
+    """Review finding: a run of another scope (or ledger) into the same output treated the kept staging of a
+    debited run as unpaid and deleted it. Another scope on the same ledger now publishes it (the ledger shows
+    it debited, whatever its scope); another ledger keeps it, with a note."""
+    job, url = _setup(tmp_path)
+    monkeypatch.setattr(Publication, "_publish_local",
+                        lambda self: (_ for _ in ()).throw(OSError(errno.EBUSY, "busy", self.output_dir)))
+    with pytest.raises(runner.RunError, match="the complete outputs are kept in"):
+        runner.run(job, str(tmp_path / "out"), url, **QUIET)
+    monkeypatch.undo()
+    other_ledger = f"sqlite:///{tmp_path / 'other.db'}"
+    with Ledger(other_ledger, create=True) as ledger:
+        ledger.init_scope("test", 40.0, 1e-4, "approx:release_delta=1e-6")
+    logged: list[str] = []
+    runner.run(job, str(tmp_path / "elsewhere"), other_ledger, log=logged.append)  # another output: not touched
+    assert len(_staging(tmp_path)) == 1
+    runner.run(job, str(tmp_path / "out"), other_ledger, log=logged.append)  # publishes its own run beside it
+    assert any("which this ledger cannot say was debited" in line for line in logged), logged
+    assert len(_staging(tmp_path)) == 1
+    shutil.rmtree(tmp_path / "out")
+    with Ledger(url, create=True) as ledger:
+        ledger.init_scope("other", 40.0, 1e-4, "approx:release_delta=1e-6")
+    (tmp_path / "other.toml").write_text(JOB.replace('scope = "test"', 'scope = "other"'))
+    logged.clear()
+    with pytest.raises(runner.RunError, match="holds a published run"):
+        runner.run(jobfile.load(str(tmp_path / "other.toml")), str(tmp_path / "out"), url, log=logged.append)
+    assert any("ledger run 1 was debited and then stopped before publishing" in line for line in logged)
+    assert not _staging(tmp_path) and _debits(url) == (1, ["published"])
+
+
+def test_a_late_window_part_is_neither_journaled_nor_published(tmp_path, monkeypatch):
+    """Review finding: a window part a late bundle writes into staging after the parts were merged was journaled
+    with the debit, then removed before publication, which made a debited run unpublishable. Parts are never
+    journaled nor published."""
+    from dpstream.pipelines.report import document
+
+    job, url = _setup(tmp_path)
+    write_reports = document.write_reports
+
+    def late_part(context, output_dir, started):
+        out = write_reports(context, output_dir, started)
+        os.makedirs(os.path.join(output_dir, "windows", "daily"), exist_ok=True)
+        with open(os.path.join(output_dir, "windows", "daily", "window-000007.jsonl"), "w") as handle:
+            handle.write("{}\n")
+        return out
+
+    monkeypatch.setattr(document, "write_reports", late_part)
+    runner.run(job, str(tmp_path / "out"), url, **QUIET)
+    with Ledger(url) as ledger:
+        assert _digests(tmp_path / "out") == ledger.run_files(1)
+    assert not (tmp_path / "out" / "windows").exists()
+
+
+def test_recovery_only_touches_its_own_output_s_staging(tmp_path):
+    """Review finding: a run into `out` removed the staging of a live run into `out.dpstream-staging-x` (its name
+    starts alike). Only `mkdtemp`'s own names for this output are recovered or removed."""
+    job, url = _setup(tmp_path)
+    neighbour = tmp_path / ".out.dpstream-staging-x.dpstream-staging-abcd1234"
+    neighbour.mkdir()
+    runner.run(job, str(tmp_path / "out"), url, **QUIET)
+    assert neighbour.exists()
