@@ -55,6 +55,7 @@ audit: dev-install
 	DPSTREAM_AUDIT=long $(PY) -m pytest -q -s tests/falsification/test_run_audit.py
 	DPSTREAM_FUZZ_EXAMPLES=3000 $(PY) -m pytest -q tests/connectors/test_reader_fuzz.py tests/pipelines/test_jobfile_fuzz.py
 	DPSTREAM_FUZZ_EXAMPLES=300 $(PY) -m pytest -q tests/pipelines/test_run_fuzz.py
+	DPSTREAM_KILLS=30 $(PY) -m pytest -q -s tests/pipelines/test_kill_anywhere.py
 
 bench: bench-install
 	$(PY) -m benchmarks
