@@ -14,6 +14,12 @@ class InputError(ValueError):
     """
 
 
+class OutputError(OSError):
+    """A release file that cannot be written (its filesystem full, or not writable): one line naming the file,
+    e.g. `DIR/daily.jsonl: cannot write: No space left on device`. An OSError, so callers that handle those
+    still do."""
+
+
 class RowError(ValueError):
     """A bad value at a 0-based position of one column chunk; the reader adds file, row and column. `problem`
     says what is wrong with the value without quoting it."""

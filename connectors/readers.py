@@ -289,10 +289,22 @@ def _read_parquet(spec: InputSpec, chunk: Chunk) -> Iterator[pa.RecordBatch]:
     columns = list(dict.fromkeys(spec.columns.values()))
     try:
         with open_file(chunk.path) as raw:
-            table = pq.ParquetFile(_seekable(raw)).read_row_group(chunk.row_group, columns=columns)
+            parquet = pq.ParquetFile(_seekable(raw))
+            _require_columns(spec, chunk.path, parquet.schema_arrow.names)  # a missing one would be left out
+            table = parquet.read_row_group(chunk.row_group, columns=columns)
     except (OSError, pa.ArrowException) as err:
         raise InputError(f"{chunk.path}: row group {chunk.row_group}: cannot read: {err}") from err
     yield to_events(table, spec.event_columns, chunk.path, lambda i: chunk.first_row + i + 1)
+
+
+def _require_columns(spec: InputSpec, path: str, available: list[str]) -> None:
+    """InputError unless the file read now still has every mapped column: `check_input` looked at the headers
+    before the run was admitted, and a file can be replaced (or a new one match a glob) since. The message names
+    the column but not the file's header, whose text a run's failure reason (stored in the ledger) must not carry."""
+    for field, column in spec.columns.items():
+        if column not in available:
+            raise InputError(f"{path}: input.{field} names column {column!r}, which the file does not have (it "
+                             f"changed or appeared after the run checked the input)")
 
 
 def _read_csv(spec: InputSpec, chunk: Chunk) -> Iterator[pa.RecordBatch]:
@@ -305,6 +317,7 @@ def _read_csv(spec: InputSpec, chunk: Chunk) -> Iterator[pa.RecordBatch]:
         quoted_strings_can_be_null=False,
     )
     header = _column_names("csv", chunk.path) or []  # stripped, as the header check reads them
+    _require_columns(spec, chunk.path, header)
     first = 0
     try:
         with open_file(chunk.path) as raw:
@@ -483,6 +496,18 @@ def _keys(values: pa.Array) -> pa.Array:
         return values.cast(pa.string())
     except pa.ArrowNotImplementedError as err:
         raise RowError(0, f"expected a key (string or integer), got a column of type {values.type}") from err
+    except pa.ArrowInvalid as err:  # a binary column (Parquet) whose bytes are not UTF-8 text
+        raise RowError(_first_not_utf8(values), "not UTF-8 text") from err
+
+
+def _first_not_utf8(values: pa.Array) -> int:
+    """The position of the first value that is not UTF-8 text (error path only)."""
+    for index, value in enumerate(values.to_pylist()):
+        try:
+            value.decode("utf-8")
+        except (AttributeError, UnicodeDecodeError):
+            return index
+    return 0
 
 
 def _values(values: pa.Array) -> np.ndarray:

@@ -23,6 +23,7 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
+from dpstream.connectors.errors import OutputError
 from dpstream.connectors.files import join, read_bytes, write_bytes
 
 FORMATS = ("parquet", "csv", "jsonl")
@@ -57,7 +58,8 @@ def rows_to_table(rows: Iterable[dict[str, Any]]) -> pa.Table:
 
 
 def write_rows(rows: Iterable[dict[str, Any]], path: str, fmt: str = "parquet") -> int:
-    """Write the rows to `path` (local or a URL) atomically (`write_bytes`); returns the row count."""
+    """Write the rows to `path` (local or a URL) atomically (`write_bytes`); returns the row count. A local
+    filesystem's refusal (full, read-only, not permitted) raises OutputError naming `path`."""
     if fmt not in FORMATS:
         raise ValueError(f"output.format must be one of {list(FORMATS)}, got {fmt!r}")
     table = rows_to_table(rows)
@@ -70,7 +72,10 @@ def write_rows(rows: Iterable[dict[str, Any]], path: str, fmt: str = "parquet") 
         else:
             pacsv.write_csv(_lists_as_json(table), sink)
         data = sink.getvalue().to_pybytes()
-    write_bytes(path, data)
+    try:
+        write_bytes(path, data)
+    except OSError as err:
+        raise OutputError(f"{path}: cannot write: {err.strerror or err}") from err
     return table.num_rows
 
 

@@ -32,6 +32,7 @@ from dpstream.accounting.ledger.errors import LedgerError
 from dpstream.accounting.ledger.periods import PeriodGrid
 from dpstream.connectors import readers, writers
 from dpstream.pipelines.config.specs import (
+    DEFAULT_MAX_QUANTILE_SCORES,
     DEFAULT_QUANTILE_BUCKETS,
     EPSILON_RANGE,
     LAST_INSTANT,
@@ -67,7 +68,7 @@ RELEASE_KEYS: dict[ReleaseKind, tuple[str, ...]] = {
     ReleaseKind.PEAK: ("period", "maximum"),
     ReleaseKind.SVT: ("partitions", "maximum", "threshold", "sigma_threshold", "sigma_query", "metric", "method",
                       "persist_threshold"),
-    ReleaseKind.QUANTILES: ("partitions", "quantiles", "buckets"),
+    ReleaseKind.QUANTILES: ("partitions", "quantiles", "buckets", "max_scores"),
 }
 """The keys of a [[release]] table besides kind, name and weight, by kind (the fields of its spec class)."""
 SECTIONS = {
@@ -417,7 +418,8 @@ def _quantiles(check: "_Checker", entry: dict, where: str, name: str, weight: fl
     if "quantiles" not in entry:
         check.fail(f"{where}.quantiles is required for a quantiles release (e.g. [0.5, 0.9])")
     return check.build(QuantilesSpec, name=name, weight=weight, partitions=partitions, quantiles=entry["quantiles"],
-                       buckets=check.integer(entry, where, "buckets", default=DEFAULT_QUANTILE_BUCKETS, minimum=2))
+                       buckets=check.integer(entry, where, "buckets", default=DEFAULT_QUANTILE_BUCKETS, minimum=2),
+                       max_scores=check.integer(entry, where, "max_scores", default=DEFAULT_MAX_QUANTILE_SCORES))
 
 
 _RELEASE_BUILDERS: dict[ReleaseKind, Callable[..., ReleaseSpec]] = {

@@ -1,6 +1,10 @@
 """Planning windowed quantiles: per partition and window, each asked quantile of the bounded values by the
 exponential mechanism on a public grid of [min_value, max_value] (`mechanisms.exponential_quantiles`).
 
+What it takes: per window and partition, each quantile scores every one of the G + 1 grid points (a logit and a
+Gumbel draw, about 50 ns of CPU: `SCORE_SECONDS`); a release over public partitions whose `scores` exceed its
+max_scores (`DEFAULT_MAX_QUANTILE_SCORES`) is refused when planned, before the ledger is asked.
+
 What it costs: one `BoundedRange(epsilon)` draw per (window, partition, quantile) a unit can change, i.e.
 windows x min(L0, partitions) x len(quantiles) draws, composed by the accountant's bounded-range bounds
 (Dong–Durfee–Rogers). Over unknown partitions, partitions are first selected by Gaussian thresholding of their
@@ -96,6 +100,7 @@ def draft(spec: QuantilesSpec, context: PlanningContext) -> Draft[QuantilesPlan]
     the selection entry; `PlanningError` when the bounds cannot support quantiles."""
     bounds = context.bounds
     _check_bounds(spec, context)
+    _check_scores(spec, context)
     changed = bounds.max_partitions if spec.partitions is None else min(bounds.max_partitions, len(spec.partitions))
     widest = max(quantile_score_range(q, bounds.max_contributions) for q in spec.quantiles)
     share = spec.weight / 2 if spec.partitions is None else spec.weight
@@ -120,6 +125,32 @@ def _check_bounds(spec: QuantilesSpec, context: PlanningContext) -> None:
         raise PlanningError(f"release {spec.name!r}: quantiles do not apply privacy.max_windows, "
                             f"max_partitions_total or max_contributions_total; drop those caps or move the quantiles "
                             f"to a job of their own")
+
+
+SCORE_SECONDS = 50e-9
+"""CPU per scored grid point (`mechanisms.exponential_quantiles`: measured 45 to 100 ns on one core, Python 3.11)."""
+
+
+def scores(spec: QuantilesSpec, windows: int) -> int | None:
+    """The grid points the release's draws score over `windows` windows: windows x partitions x (buckets + 1) x
+    quantiles; None over unknown partitions, whose number per window the data decides."""
+    if spec.partitions is None:
+        return None
+    return windows * len(spec.partitions) * (spec.buckets + 1) * len(spec.quantiles)
+
+
+def _check_scores(spec: QuantilesSpec, context: PlanningContext) -> None:
+    windows = context.window.count
+    total = scores(spec, windows)
+    if total is None or total <= spec.max_scores:
+        return
+    count = len(spec.quantiles)
+    raise PlanningError(
+        f"release {spec.name!r}: its draws score {total:,} grid points ({windows:,} windows x "
+        f"{len(spec.partitions or ()):,} partitions x {spec.buckets + 1:,} grid points x {count} "
+        f"quantile{'s' if count > 1 else ''}, about {total * SCORE_SECONDS / 60:,.0f} minutes of CPU), more than "
+        f"max_scores = {spec.max_scores:,}: use fewer buckets (the rank error grows only with ln(buckets + 1)), "
+        f"partitions or windows, or raise max_scores in its [[release]] table if the run may take that long")
 
 
 def _plan(spec: QuantilesSpec, context: PlanningContext, changed: int,

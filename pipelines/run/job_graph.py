@@ -9,7 +9,7 @@ from apache_beam.transforms.window import GlobalWindows
 
 from dpstream.accounting.text import first_line
 from dpstream.connectors.beam_io import ReadEvents
-from dpstream.connectors.errors import InputError
+from dpstream.connectors.errors import InputError, OutputError
 from dpstream.connectors.writers import write_rows
 from dpstream.pipelines.config.jobfile import PUBSUB, Job
 from dpstream.pipelines.planning import SvtPlan
@@ -54,7 +54,8 @@ def build_pipeline(job: Job, job_budget: Budget, options: PipelineOptions, files
 
 
 def pipeline_error(err: Exception) -> RunError:
-    """One line for a failed computation: the input error inside the runner's wrapping when there is one."""
+    """One line for a failed computation: the input error, or the release file that could not be written (a full
+    filesystem), inside the runner's wrapping when there is one."""
     cause = _input_error(err)
     consequence = "nothing was published or debited"
     if str(err).startswith("KeyboardInterrupt"):  # Beam re-raises Ctrl-C in a worker as RuntimeError
@@ -64,12 +65,13 @@ def pipeline_error(err: Exception) -> RunError:
     return RunError(f"pipeline failed: {type(err).__name__}: {first_line(err)}; {consequence}", EXIT_INTERNAL)
 
 
-def _input_error(err: BaseException) -> InputError | None:
-    """The innermost InputError of the chain (Beam re-raises it with "[while running ...]" appended)."""
+def _input_error(err: BaseException) -> InputError | OutputError | None:
+    """The innermost InputError or OutputError of the chain (Beam re-raises it with "[while running ...]"
+    appended)."""
     found, seen = None, set()
     link: BaseException | None = err
     while link is not None and id(link) not in seen:
-        if isinstance(link, InputError):
+        if isinstance(link, (InputError, OutputError)):
             found = link
         seen.add(id(link))
         link = link.__cause__ or link.__context__

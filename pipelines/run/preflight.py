@@ -14,7 +14,7 @@ from apache_beam.options.pipeline_options import (
     TestOptions,
 )
 
-from dpstream.accounting.text import instant_text
+from dpstream.accounting.text import first_line, instant_text
 from dpstream.pipelines.config.specs import WindowSpec
 from dpstream.pipelines.planning.size import PlanSize
 from dpstream.pipelines.run.errors import RunError
@@ -85,3 +85,27 @@ def check_runner(options: PipelineOptions) -> None:
                                              ("--temp_location", cloud.temp_location)) if not value]
         if missing:
             raise RunError(f"--runner=DataflowRunner needs {', '.join(missing)}; nothing was debited")
+    check_runner_exists(options)
+
+
+def check_runner_exists(options: PipelineOptions) -> None:
+    """RunError (exit 2) unless the runner's name (e.g. `--runner=NoSuchRunner`, or a module path that does not
+    import) makes a Beam runner, as building the pipeline would; a runner object is taken as it is."""
+    from apache_beam.runners.runner import PipelineRunner, create_runner
+
+    name = options.view_as(StandardOptions).runner or "DirectRunner"
+    if not isinstance(name, str):
+        return
+    try:
+        made = create_runner(name)
+    except ValueError:  # not a known name, and no module path: Beam's message lists every known name
+        reason = "neither a known runner name nor a module path"
+    except Exception as err:  # the module or the class is not there (ImportError, AttributeError), or fails
+        reason = first_line(err)
+    else:
+        if isinstance(made, PipelineRunner):
+            return
+        reason = f"{name} makes a {type(made).__name__}, not a PipelineRunner"
+    raise RunError(f"--runner={name} is not a Beam runner: {reason}; give DirectRunner, DataflowRunner, "
+                   f"FlinkRunner, SparkRunner, PortableRunner or PrismRunner, or the full module path of a "
+                   f"PipelineRunner subclass; nothing was debited")

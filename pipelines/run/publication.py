@@ -111,6 +111,7 @@ class Publication:
         except OSError as err:
             raise RunError(f"output directory {output}: cannot make a staging directory in {parent}: "
                            f"{err.strerror}; nothing was debited") from err
+        _probe(self.staging, output)
 
     def _recover(self, parent: str, name: str) -> None:
         """Staging directories of this output left by runs that ended before publishing (this run holds the lock,
@@ -282,6 +283,23 @@ class Publication:
         """Remove the staging directory and everything in it."""
         if self.staging:
             remove_tree(self.staging)
+
+
+def _probe(staging: str, output: str) -> None:
+    """RunError (before the ledger is asked) unless `staging` takes real bytes: a full filesystem still creates
+    empty files and directories, and would fail only when the pipeline writes its first release."""
+    probe = os.path.join(staging, ".write-check")
+    try:
+        with open(probe, "wb") as handle:
+            handle.write(b"\0" * 65536)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except OSError as err:
+        raise RunError(f"output directory {output}: cannot write in {os.path.dirname(staging)}: "
+                       f"{err.strerror or err}; nothing was debited") from err
+    finally:
+        if os.path.exists(probe):
+            os.remove(probe)
 
 
 def _staged_digests(staging: str) -> tuple[FileDigest, ...]:

@@ -1,10 +1,12 @@
 """Hostile and mistaken input to `dpstream run`, each in a fresh process, as a user would meet it: the exit code,
 exactly one line on stderr, and, for every failure, nothing published and nothing debited (the scope's state,
 debits and runs are compared before and after). Some inputs that used to fail are now read as meant (null
-tokens as keys, epoch strings, spaced headers, empty JSONL). `python -m tests.pipelines.test_hostile_runs`
-prints the table of docs/failures.md from a fresh run of every case."""
+tokens as keys, epoch strings, spaced headers, empty JSONL). Faults no input file can cause (a full disk, a file
+replaced after the check) are a few lines run in the `dpstream run` process before it starts (`Case.patch`).
+`python -m tests.pipelines.test_hostile_runs` prints the table of docs/failures.md from a fresh run of every case."""
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -15,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from dpstream.accounting.events import PureDP
@@ -61,6 +65,7 @@ class Case:
     files: dict[str, str | bytes] = field(default_factory=dict)
     args: tuple[str, ...] = ()
     prepare: Callable[[Path], None] | None = None
+    patch: str = ""  # Python run inside the `dpstream run` process before it starts: a fault no file can cause
 
 
 def _replace(old: str, new: str) -> Callable[[str], str]:
@@ -82,6 +87,52 @@ def _dangling(directory: Path) -> None:
 
 def _directory_at_release(directory: Path) -> None:
     (directory / "out" / "daily.jsonl").mkdir(parents=True)
+
+
+def _parquet_events(bad_user: bytes) -> bytes:
+    """The 36 events as Parquet, user ids a `binary` column, then a 37th row whose user id is `bad_user`."""
+    users = [f"u{user}".encode() for _ in range(3) for user in range(12)] + [bad_user]
+    times = [f"2013-01-0{day + 1}T10:00:00Z" for day in range(3) for _ in range(12)] + ["2013-01-02T10:00:00Z"]
+    table = pa.table({"user": pa.array(users, pa.binary()), "time": times,
+                      "dest": ["AB"[user % 2] for _ in range(3) for user in range(12)] + ["A"]})
+    sink = io.BytesIO()
+    pq.write_table(table, sink)
+    return sink.getvalue()
+
+
+FULL_DISK = """
+import errno, os
+from apache_beam.io.localfilesystem import LocalFileSystem
+
+class _Full:  # a file on a full filesystem: it can be created, but no byte can be written into it
+    def __init__(self, handle): self.handle = handle
+    def write(self, data):
+        if len(data): raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    def __enter__(self): return self
+    def __exit__(self, *exc): self.handle.close()
+    def __getattr__(self, name): return getattr(self.handle, name)
+
+_create = LocalFileSystem.create
+LocalFileSystem.create = lambda self, *args, **kwargs: _Full(_create(self, *args, **kwargs))
+"""
+"""The output's filesystem is full (tmpfs, XFS: files and directories can still be made, bytes not written)."""
+
+HEADER_CHANGES = """
+import dpstream.pipelines.run.runner as runner
+_check = runner.check_input
+
+def _check_then_replace(spec):
+    checked = _check(spec)
+    with open(spec.path, "w") as out:
+        out.write("user,when,dest\\nu1,2013-01-01T10:00:00Z,A\\n")
+    return checked
+
+runner.check_input = _check_then_replace
+"""
+"""events.csv is replaced by a file whose time column has another name after the run checked its header."""
+
+_QUANTILE = ('[[release]]\nkind = "quantiles"\nname = "{name}"\nquantiles = [0.5]\nbuckets = 1000000\npartitions = '
+             + str([f"p{i}" for i in range(1000)]).replace("'", '"') + "\n")
 
 
 def _corrupt_ledger(directory: Path) -> None:
@@ -144,6 +195,17 @@ CASES = [
          args=("--", "--runner=DataflowRunner", "--dry_run=True")),
     Case("--direct_num_workers=-1", 2, r"--direct_num_workers must be 0 \(one per core\) or more, got -1",
          args=("--", "--direct_num_workers=-1")),
+    Case("--runner=no.such.Runner (a module that does not exist)", 2,
+         r"--runner=no\.such\.Runner is not a Beam runner: No module named 'no'; .*nothing was debited$",
+         args=("--", "--runner=no.such.Runner")),
+    Case("--runner=NoSuchRunner", 2, r"--runner=NoSuchRunner is not a Beam runner: .*nothing was debited$",
+         args=("--", "--runner=NoSuchRunner")),
+    Case("2 quantile releases x 10^6 buckets x 1,000 partitions x 100 windows (hours of CPU)", 2,
+         r"job\.toml: release 'q1': its draws score 100,000,100,000 grid points .* more than max_scores = "
+         r"10,000,000,000",
+         job=lambda text: text.replace("end = 2013-01-04", "end = 2013-04-11").replace(
+             "max_partitions = 2", "max_partitions = 2\nmin_value = 0\nmax_value = 1000").replace(
+             '[[release]]\nkind = "histogram"\nname = "daily"\n', _QUANTILE.format(name="q1") + _QUANTILE.format(name="q2"))),
     Case("corrupt ledger JSON", 2, r"a stored record is corrupt .* restore the ledger from a backup; nothing was debited",
          prepare=_corrupt_ledger),
     Case("unreachable PostgreSQL ledger", 2, r"ledger postgresql\+psycopg://nobody@127\.0\.0\.1:1/x: database error: .*"
@@ -165,6 +227,16 @@ CASES = [
          files={"events.csv": _events() + ",2013-01-01T10:00:00Z,A\n"}),
     Case("a ragged row", 2, r"events\.csv:38: expected 3 fields, got 4; nothing was published or debited$",
          files={"events.csv": _events() + "u1,2013-01-01T10:00:00Z,A,extra\n"}),
+    Case("Parquet user ids that are not UTF-8 (a binary column) in row 37", 2,
+         r"events\.parquet:37: column 'user': not UTF-8 text; nothing was published or debited$",
+         job=_replace('format = "csv"\npath = "events.csv"', 'format = "parquet"\npath = "events.parquet"'),
+         files={"events.parquet": _parquet_events(b"\xff\xfe")}),
+    Case("the output's filesystem full from the start (no space left on device)", 2,
+         r"/\.out\.dpstream-staging-\w+/daily\.jsonl: cannot write: No space left on device; nothing was "
+         r"published or debited$", patch=FULL_DISK),
+    Case("input header changed after the check (events.csv replaced, its time column renamed)", 2,
+         r"events\.csv: input\.timestamp names column 'time', which the file does not have \(it changed or appeared "
+         r"after the run checked the input\); nothing was published or debited$", patch=HEADER_CHANGES),
     # refused by the scope: nothing read
     Case("budget exhausted", 3, r"refused: release .* would exceed the budget of scope 'test'.*nothing was read or debited",
          job=_replace("epsilon = 4.0", "epsilon = 200.0")),
@@ -190,6 +262,10 @@ def _drop_scope(directory: Path) -> None:
         ledger.init_scope("elsewhere", 1.0, 1e-6)
 
 
+_MAIN = "\nimport sys\nfrom dpstream.pipelines.cli.main import main\nsys.exit(main())\n"
+"""After a case's patch: `dpstream` itself, given the arguments after -c."""
+
+
 @dataclass(frozen=True)
 class Outcome:
     exit: int
@@ -212,7 +288,8 @@ def run_case(case: Case, directory: Path) -> Outcome:
         case.prepare(directory)
     before = _ledger_state(url)
     argv = ["run", "job.toml", "--ledger", url] if "--ledger" not in case.args else ["run", "job.toml"]
-    command = [sys.executable, "-m", "dpstream.pipelines.cli.main", *argv, *case.args]
+    command = ([sys.executable, "-c", case.patch + _MAIN, *argv, *case.args] if case.patch else
+               [sys.executable, "-m", "dpstream.pipelines.cli.main", *argv, *case.args])
     result = subprocess.run(command, cwd=directory, capture_output=True, text=True, timeout=600)
     after = _ledger_state(url)
     stderr = result.stderr.strip().splitlines()
@@ -260,6 +337,34 @@ def test_a_malformed_rows_raw_value_reaches_neither_the_message_nor_the_ledger(t
                                   url, "--scope", "test", *extra], capture_output=True, text=True, timeout=120)
         assert history.returncode == 0, history.stderr
         assert "not an ISO 8601 time" in history.stdout and SECRET not in history.stdout + history.stderr
+
+
+def test_max_scores_admits_the_quantile_plan_the_default_refuses(tmp_path):
+    """The plan-size limit of quantiles releases is a [[release]] key: raised, the same plan is made."""
+    from dpstream.pipelines.config import jobfile
+    from dpstream.pipelines.run.runner import RunError, plan
+
+    [case] = [case for case in CASES if case.name.startswith("2 quantile releases")]
+    text = case.job(JOB)
+    (tmp_path / "job.toml").write_text(text)
+    with pytest.raises(RunError, match=r"more than max_scores = 10,000,000,000"):
+        plan(jobfile.load(str(tmp_path / "job.toml")))
+    (tmp_path / "job.toml").write_text(text.replace("buckets = 1000000", "buckets = 1000000\nmax_scores = 100_000_100_000"))
+    assert [release.name for release in plan(jobfile.load(str(tmp_path / "job.toml"))).releases] == ["q1", "q2"]
+
+
+def test_the_runner_check_takes_a_runner_s_module_path_and_refuses_what_is_not_a_runner():
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from dpstream.pipelines.run.preflight import check_runner
+    from dpstream.pipelines.run.runner import RunError
+
+    check_runner(PipelineOptions(["--runner=apache_beam.runners.direct.direct_runner.BundleBasedDirectRunner"]))
+    check_runner(PipelineOptions(["--runner=direct"]))  # Beam's short names
+    with pytest.raises(RunError, match=r"^--runner=collections\.OrderedDict is not a Beam runner: .*not a PipelineRunner"):
+        check_runner(PipelineOptions(["--runner=collections.OrderedDict"]))
+    with pytest.raises(RunError, match=r"^--runner=os\.NoSuchRunner is not a Beam runner: .*NoSuchRunner"):
+        check_runner(PipelineOptions(["--runner=os.NoSuchRunner"]))
 
 
 def test_docs_list_every_case():

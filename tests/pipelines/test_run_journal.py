@@ -343,3 +343,18 @@ def test_recovery_only_touches_its_own_output_s_staging(tmp_path):
     neighbour.mkdir()
     runner.run(job, str(tmp_path / "out"), url, **QUIET)
     assert neighbour.exists()
+
+
+def test_a_full_filesystem_is_refused_before_the_ledger_is_asked(tmp_path, monkeypatch):
+    """A full filesystem still makes empty files and directories; the staging probe writes real bytes, so the run is
+    refused before it is admitted (no run row, nothing debited) instead of failing when it writes a release."""
+    job, url = _setup(tmp_path)
+
+    def full(descriptor):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(runner.RunError, match=r"output directory .*out: cannot write in .*: No space left on device; "
+                                              r"nothing was debited"):
+        runner.run(job, str(tmp_path / "out"), url, **QUIET)
+    assert _debits(url) == (0, []) and not _staging(tmp_path)
