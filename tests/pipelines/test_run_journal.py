@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import signal
+import time
 
 import pytest
 
@@ -358,3 +359,39 @@ def test_a_full_filesystem_is_refused_before_the_ledger_is_asked(tmp_path, monke
                                               r"nothing was debited"):
         runner.run(job, str(tmp_path / "out"), url, **QUIET)
     assert _debits(url) == (0, []) and not _staging(tmp_path)
+
+
+@pytest.mark.parametrize("when", ["computing", "committing"])
+def test_a_sqlite_ledger_moved_away_mid_run_is_told_truthfully(tmp_path, monkeypatch, when):
+    """Case 8: the SQLite ledger file is moved away mid-run. While the run computes: the preview cannot reach it,
+    so nothing is debited or published and the run says so. As it commits: neither the commit nor the question
+    that follows reaches it, so the run says its debit is in doubt and keeps its staging (it used to delete it and
+    say nothing was debited). Once the file is back, the ledger shows the run never debited; when its lease has
+    run out, the next run removes that staging and publishes its own, debited once."""
+    job, url = _setup(tmp_path)
+    compute, commit = runner._compute, runner.Budget.commit
+
+    def move(*args, **kwargs):
+        os.rename(tmp_path / "ledger.db", tmp_path / "moved.db")
+        return (compute if when == "computing" else commit)(*args, **kwargs)
+
+    if when == "computing":
+        monkeypatch.setattr(runner, "_compute", move)
+    else:
+        monkeypatch.setattr(runner.Budget, "commit", move)
+    monkeypatch.setattr(runner.Budget, "abandon", lambda *args: None)  # the ledger is gone for that too
+    if when == "computing":
+        with pytest.raises(runner.RunError, match="ledger file .* does not exist.*; nothing was debited$"):
+            runner.run(job, str(tmp_path / "out"), url, lease_seconds=1, **QUIET)
+        assert not _staging(tmp_path)
+    else:
+        with pytest.raises(runner.CommitInDoubt, match="ledger file .* does not exist.*whether ledger run 1 was "
+                                                       "debited is unknown"):
+            runner.run(job, str(tmp_path / "out"), url, lease_seconds=1, **QUIET)
+        assert len(_staging(tmp_path)) == 1
+    assert not (tmp_path / "out").exists()
+    monkeypatch.undo()
+    os.rename(tmp_path / "moved.db", tmp_path / "ledger.db")
+    time.sleep(1.2)  # the run's one-second lease runs out: the ledger then shows it expired, never debited
+    runner.run(job, str(tmp_path / "out"), url, **QUIET)
+    assert not _staging(tmp_path) and _debits(url) == (1, ["expired", "published"])
