@@ -13,6 +13,7 @@ import time
 import uuid
 from contextlib import contextmanager
 from dataclasses import replace
+from functools import cached_property
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import sqlalchemy as sa
@@ -182,11 +183,11 @@ class Ledger:
         self.retired, self.streams = tables.retired, tables.streams
         with self._errors():
             with self._reading() as conn:
-                found = set(sa.inspect(conn).get_table_names())
+                found = existing = set(sa.inspect(conn).get_table_names())
             if create:
                 tables.metadata.create_all(self.engine)
-            with self._reading() as conn:
-                existing = set(sa.inspect(conn).get_table_names())
+                with self._reading() as conn:
+                    existing = set(sa.inspect(conn).get_table_names())
             if "dpstream_scopes" not in existing:
                 raise LedgerError(
                     f"ledger {self.display_url} has no budget scopes yet; create one with `dpstream budget init`"
@@ -195,12 +196,13 @@ class Ledger:
             if "dpstream_scopes" in found and tables.scope_units.name not in found:  # units were not recorded
                 with self._transaction() as conn:
                     mark_unknown(tables, conn, now_text())
-            self.ledger_id = self._identity()
 
     # -- setup ------------------------------------------------------------------------------------
 
-    def _identity(self) -> str:
-        """The ledger's id (`dpstream_ledger`), made once: by the first dpstream that opens it and finds none."""
+    @cached_property
+    def ledger_id(self) -> str:
+        """The ledger's id (`dpstream_ledger`), made once: by the first dpstream that asks and finds none (read
+        when first needed, so the workers' per-window connections do not pay for it)."""
         table = self.tables.identity
         with self._reading() as conn:
             found = conn.execute(sa.select(table.c.ledger_id)).scalar()
@@ -663,14 +665,26 @@ class Ledger:
         is journaled and returned; a refusal journals nothing. LedgerError as `debit_stream`."""
         with self._transaction() as conn:
             row, stream = self._streaming_session(conn, stream_id, session, lease_seconds)
-            found = journaled(self.tables, conn, stream_id, artifact.release, artifact.emission)
-            if found is not None:
-                return PublishAnswer(None, found.content)
-            refusals = [r for r in self._decide_steps(conn, row, stream, steps).values() if r is not None]
-            if refusals:
-                return PublishAnswer("; ".join(refusals), None)
-            journal_artifact(self.tables, conn, stream_id, session, artifact)
-            return PublishAnswer(None, artifact.content)
+
+            def pay() -> str | None:
+                refusals = [r for r in self._decide_steps(conn, row, stream, steps).values() if r is not None]
+                return "; ".join(refusals) if refusals else None
+
+            return self._publish_once(conn, stream_id, session, artifact, pay)
+
+    def _publish_once(self, conn: sa.Connection, stream_id: int, session: int, artifact: Artifact,
+                      pay: Callable[[], str | None]) -> PublishAnswer:
+        """The journal's one rule (`accounting.ledger.journal`): the artifact journaled for (stream, release,
+        emission) if there is one; else `pay()` (debit, or seal: None when done, else the refusal) and, when it
+        succeeded, `artifact` journaled in the same transaction."""
+        found = journaled(self.tables, conn, stream_id, artifact.release, artifact.emission)
+        if found is not None:
+            return PublishAnswer(None, found.content)
+        refusal = pay()
+        if refusal is not None:
+            return PublishAnswer(refusal, None)
+        journal_artifact(self.tables, conn, stream_id, session, artifact)
+        return PublishAnswer(None, artifact.content)
 
     def _decide_steps(self, conn: sa.Connection, row: sa.Row, stream: sa.Row,
                       steps: Periods | tuple[int, ...]) -> dict[int, str | None]:
@@ -712,12 +726,11 @@ class Ledger:
         _check_sealed(name, record)
         with self._transaction() as conn:
             row, _ = self._streaming_session(conn, stream_id, session, lease_seconds)
-            found = journaled(self.tables, conn, stream_id, artifact.release, artifact.emission)
-            if found is not None:
-                return PublishAnswer(None, found.content)
-            self._seal_locked(conn, row, stream_id, name, record, halted)
-            journal_artifact(self.tables, conn, stream_id, session, artifact)
-            return PublishAnswer(None, artifact.content)
+
+            def seal() -> None:  # a later record stored already covers this alert: nothing to refuse
+                self._seal_locked(conn, row, stream_id, name, record, halted)
+
+            return self._publish_once(conn, stream_id, session, artifact, seal)
 
     def _seal_locked(self, conn: sa.Connection, row: sa.Row, stream_id: int, name: str, record: MonitorRecord,
                      halted: bool) -> bool:

@@ -107,11 +107,16 @@ def answered_before(plan: JobPlan, expected: dict[str, tuple[int, ...]], decided
 
 def mark_answered(parts: dict[str, str], answered: dict[str, set[int]], starts: dict[str, int]) -> None:
     """Decide the windows of `answered_before` as never published (a `.refused` part saying why)."""
-    for name, indices in answered.items():
-        for index in sorted(indices):
-            streaming_io.mark_unpublished(parts[name], index, f"not published: svt monitor {name!r} had answered this "
-                                                              f"window before this session (its ledger record "
-                                                              f"continues at window {starts[name] + 1})")
+    _mark_unpublished(parts, answered, lambda name: f"not published: svt monitor {name!r} had answered this window "
+                                                    f"before this session (its ledger record continues at window "
+                                                    f"{starts[name] + 1})")
+
+
+def _mark_unpublished(parts: dict[str, str], indices: dict[str, set[int]], reason) -> None:
+    """Decide release name -> windows as never published, each `.refused` part holding `reason(name)`."""
+    for name, found in indices.items():
+        for index in sorted(found):
+            streaming_io.mark_unpublished(parts[name], index, reason(name))
 
 
 def _span(planned, window: WindowSpec, index: int) -> tuple[float, float]:
@@ -135,11 +140,9 @@ def run_stream(job: Job, job_budget: Budget, grid: PeriodGrid | None, options: P
         raise RunError(f"{job.source}: the DirectRunner runs the pipeline inside this process, so the launcher "
                        f"cannot leave it; run without --detach, or on Dataflow or Flink; nothing was debited")
     unfinished = job_budget.unfinished_stream(output_dir)  # read its journal first: it says what was published
-    decided = {name: streaming_io.released(directory) for name, directory in parts.items()}
-    if unfinished is not None:
-        decided, journal = republished(job_budget.url, unfinished.stream_id, parts, log)
-        before = paid_unjournaled(job_budget.plan, job.window, grid, expected, decided, unfinished.debited, journal)
-        decided = {name: indices | before[name] for name, indices in decided.items()}
+    decided = ({name: streaming_io.released(directory) for name, directory in parts.items()} if unfinished is None
+               else _journal_decided(job_budget, job.window, grid, expected, parts, unfinished.stream_id,
+                                     unfinished.debited, log)[0])
     _check_output(output_dir, any(decided.values()))
     if any(decided.values()):
         job_budget.check_resumable(output_dir)
@@ -159,10 +162,9 @@ def run_stream(job: Job, job_budget: Budget, grid: PeriodGrid | None, options: P
         if has_windows and not ticket.resumed:  # another stream finished there meanwhile
             raise RunError(f"{output_dir} holds windows of a stream that finished; write to another output; "
                            f"nothing was debited")
-        decided, journal = republished(job_budget.url, ticket.stream_id, parts, log)
-        before = paid_unjournaled(job_budget.plan, job.window, grid, expected, decided, ticket.debited, journal)
+        decided, before = _journal_decided(job_budget, job.window, grid, expected, parts, ticket.stream_id,
+                                           ticket.debited, log)
         mark_paid_unjournaled(parts, before)
-        decided = {name: indices | before[name] for name, indices in decided.items()}
         answered = answered_before(job_budget.plan, expected, decided, monitor_starts)
         decided = {name: indices | answered.get(name, set()) for name, indices in decided.items()}
         later = resume_point(job_budget.plan, job.window, grid, decided, expected, ticket.debited)
@@ -248,13 +250,22 @@ def paid_unjournaled(plan: JobPlan, window: WindowSpec, grid: PeriodGrid | None,
             for name, indices in expected.items()}
 
 
+def _journal_decided(job_budget: Budget, window: WindowSpec, grid: PeriodGrid | None,
+                     expected: dict[str, tuple[int, ...]], parts: dict[str, str], stream_id: int, paid: Iterable[int],
+                     log) -> tuple[dict[str, set[int]], dict[str, set[int]]]:
+    """The stream's decided windows once its files follow its journal (`republished`), counting as decided the
+    windows an older, journal-less session paid for (`paid_unjournaled`); (release name -> decided windows, those
+    paid-unjournaled ones)."""
+    decided, journal = republished(job_budget.url, stream_id, parts, log)
+    before = paid_unjournaled(job_budget.plan, window, grid, expected, decided, paid, journal)
+    return {name: indices | before[name] for name, indices in decided.items()}, before
+
+
 def mark_paid_unjournaled(parts: dict[str, str], indices: dict[str, set[int]]) -> None:
     """Decide the windows of `paid_unjournaled` as never published again (a `.refused` part saying why)."""
-    for name, found in indices.items():
-        for index in sorted(found):
-            streaming_io.mark_unpublished(parts[name], index, "not published again: a session of an older dpstream, "
-                                                              "which kept no journal, paid for this window and may "
-                                                              "have published it; its file is gone")
+    _mark_unpublished(parts, indices, lambda _: "not published again: a session of an older dpstream, which kept no "
+                                                "journal, paid for this window and may have published it; its file "
+                                                "is gone")
 
 
 def _interrupted(ticket: StreamTicket, parts: dict[str, str]) -> str:

@@ -215,7 +215,11 @@ class Publication:
 
     def final(self, staged: str) -> str:
         """Where a staged file is published."""
-        return join(self.output_dir, staged[len(self.staging):].lstrip("/"))
+        return join(self.output_dir, _inside(self.staging, staged))
+
+    def holds(self, staged: str, files: tuple[FileDigest, ...]) -> bool:
+        """Whether the staged file at `staged` is among `files` (paths inside the output)."""
+        return _inside(self.staging, staged) in {f.name for f in files}
 
     def digests(self) -> tuple[FileDigest, ...]:
         """Every staged file's path (inside the output), size and digest, but those under `transient` folders:
@@ -308,8 +312,13 @@ def _staged_digests(staging: str) -> tuple[FileDigest, ...]:
         paths = [os.path.join(folder, f) for folder, _, names in os.walk(staging) for f in names]
     else:
         paths = [m.path for m in filesystems().match([join(staging, "**")])[0].metadata_list]
-    return tuple(sorted((FileDigest.of(path[len(staging):].lstrip("/"), read_bytes(path)) for path in paths),
+    return tuple(sorted((FileDigest.of(_inside(staging, path), read_bytes(path)) for path in paths),
                         key=lambda f: f.name))
+
+
+def _inside(staging: str, path: str) -> str:
+    """A staged file's path inside the output directory."""
+    return path[len(staging):].lstrip("/")
 
 
 def _differences(expected: tuple[FileDigest, ...], found: tuple[FileDigest, ...]) -> list[str]:

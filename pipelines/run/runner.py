@@ -297,8 +297,7 @@ def _commit(job: Job, job_budget: Budget, admission: Admission, states, options:
             raise RunError(f"cannot write the report into {publication.staging}: {where}{err.strerror or err}; "
                            f"nothing was published or debited") from err
         staged = publication.digests()
-        missing = [name for name, path in files.items() if path[len(publication.staging):].lstrip("/")
-                   not in {f.name for f in staged}]
+        missing = [name for name, path in files.items() if not publication.holds(path, staged)]
         if missing:
             raise RunError(f"release {missing[0]!r}: its staged file vanished from {publication.staging} while the "
                            f"run computed (a temporary-file cleaner?); nothing was published or debited")
