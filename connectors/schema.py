@@ -32,8 +32,8 @@ MICROS = 1_000_000
 class EventColumns:
     """Which input column (or JSON key) holds each event field, and how its timestamps are read.
 
-    value: None when the job counts events (every value 1.0). timestamp_format: auto, epoch_s, epoch_ms or
-    iso8601 (`connectors.timestamps`); timezone: the zone of timestamps without an offset.
+    value: None when the job counts events (every value 1.0). timestamp_format: auto, epoch_s, epoch_ms,
+    epoch_us, epoch_ns or iso8601 (`connectors.timestamps`); timezone: the zone of timestamps without an offset.
     """
 
     user: str
