@@ -5,6 +5,8 @@ would otherwise fail on, or finish without computing anything (a Dataflow dry ru
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from apache_beam.options.pipeline_options import (
     DirectOptions,
     GoogleCloudOptions,
@@ -19,12 +21,33 @@ from dpstream.pipelines.config.specs import WindowSpec
 from dpstream.pipelines.planning.size import PlanSize
 from dpstream.pipelines.run.errors import RunError
 
-_PORTABLE = ("PortableRunner", "FlinkRunner", "SparkRunner", "PrismRunner")
+if TYPE_CHECKING:
+    from apache_beam.runners.runner import PipelineRunner
+
 DIRECT_RUNNERS = ("DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner")
 COMMITTING_RUNNERS = DIRECT_RUNNERS + ("DataflowRunner", "TestDataflowRunner")
 """Runners that commit a stateful step's state together with its outputs, so a retried bundle's first answers
 never reach a later step: a stream may seal its svt monitors window by window only on these
 (docs/proofs/pipelines.run.stream.md, Retries). Flink recovers by replaying from a checkpoint instead."""
+VERIFIED_HERE = DIRECT_RUNNERS + ("PortableRunner",)
+"""Runners verified here: CI runs the conformance test (tests/pipelines/runner_conformance.py: a combine in
+event-time fixed windows, a side input, GroupByKey on empty and non-ASCII string keys, a stateful DoFn) on the
+DirectRunner in batch and in streaming mode, the BundleBasedDirectRunner, and the PortableRunner against Beam's
+Python job service (tests/pipelines/test_runner_conformance.py). The PortableRunner is only the client: this check
+cannot see the engine behind its --job_endpoint, which is verified when it is Beam's Python job service
+(deploy/run-portable.sh) or Flink's job server (deploy/flink, on VERIFIED_BY_BEAM's basis), and not otherwise
+(a Spark job server)."""
+VERIFIED_BY_BEAM = ("DataflowRunner", "FlinkRunner")
+"""The documented deployment targets, which no run here reaches (no cloud project, no Flink cluster): listed on
+the basis of Apache Beam's ValidatesRunner suites, which Beam's CI runs on both: on Flink the Python portable
+suite (flink_runner_test, inheriting fn_runner_test's windowed combines, side inputs, GroupByKey and state tests)
+in batch and streaming; on Dataflow the Python suite (side inputs, GroupByKey, windowed combines) and the Java
+suite on Runner v2, the backend Python pipelines run on (state). To check one by hand:
+`python -m tests.pipelines.runner_conformance --runner=... [its options]`."""
+VERIFIED_RUNNERS = VERIFIED_HERE + VERIFIED_BY_BEAM
+"""A run on any other runner (DaskRunner, which moves event-time windows into the global window (beam#27618),
+SparkRunner, PrismRunner, a PipelineRunner subclass of one's own) is refused before the ledger is asked unless the
+job names it in [beam] allow_unverified_runner (`check_verified_runner`)."""
 
 
 def runner_name(options: PipelineOptions) -> str:
@@ -60,8 +83,9 @@ def check_event_time(window: WindowSpec, options: PipelineOptions, now: float, f
                    f"or run on Dataflow, or start the range after now; nothing was debited")
 
 
-def check_runner(options: PipelineOptions) -> None:
-    """RunError (exit 2) for runner options that cannot produce a published run."""
+def check_runner(options: PipelineOptions, allow_unverified: str | None = None) -> None:
+    """RunError (exit 2) for runner options that cannot produce a published run, or name a runner not verified
+    for dpstream that `allow_unverified` ([beam] allow_unverified_runner) does not name."""
     try:
         name = runner_name(options)
         direct = options.view_as(DirectOptions)
@@ -85,17 +109,26 @@ def check_runner(options: PipelineOptions) -> None:
                                              ("--temp_location", cloud.temp_location)) if not value]
         if missing:
             raise RunError(f"--runner=DataflowRunner needs {', '.join(missing)}; nothing was debited")
-    check_runner_exists(options)
+    check_job_runner(options, allow_unverified)
 
 
-def check_runner_exists(options: PipelineOptions) -> None:
-    """RunError (exit 2) unless the runner's name (e.g. `--runner=NoSuchRunner`, or a module path that does not
-    import) makes a Beam runner, as building the pipeline would; a runner object is taken as it is."""
+def check_job_runner(options: PipelineOptions, allow_unverified: str | None = None) -> None:
+    """RunError (exit 2) unless the runner the options name is a Beam runner (`check_runner_exists`) and verified
+    or allowed (`check_verified_runner`); the runner's other options are not looked at (`dpstream validate`)."""
+    given = options.view_as(StandardOptions).runner or "DirectRunner"
+    made = check_runner_exists(options)
+    check_verified_runner(made, given if isinstance(given, str) else None, allow_unverified)
+
+
+def check_runner_exists(options: PipelineOptions) -> PipelineRunner:
+    """The runner the options name, made as building the pipeline would make it (a runner object is taken as it
+    is); RunError (exit 2) unless the name (e.g. `--runner=NoSuchRunner`, or a module path that does not import)
+    makes a Beam runner. A typo is told as one, never as a runner to opt in to."""
     from apache_beam.runners.runner import PipelineRunner, create_runner
 
     name = options.view_as(StandardOptions).runner or "DirectRunner"
     if not isinstance(name, str):
-        return
+        return name
     try:
         made = create_runner(name)
     except ValueError:  # not a known name, and no module path: Beam's message lists every known name
@@ -104,8 +137,28 @@ def check_runner_exists(options: PipelineOptions) -> None:
         reason = first_line(err)
     else:
         if isinstance(made, PipelineRunner):
-            return
+            return made
         reason = f"{name} makes a {type(made).__name__}, not a PipelineRunner"
-    raise RunError(f"--runner={name} is not a Beam runner: {reason}; give DirectRunner, DataflowRunner, "
-                   f"FlinkRunner, SparkRunner, PortableRunner or PrismRunner, or the full module path of a "
-                   f"PipelineRunner subclass; nothing was debited")
+    raise RunError(f"--runner={name} is not a Beam runner: {reason}; give {', '.join(VERIFIED_RUNNERS)}, or the "
+                   f"full module path of a PipelineRunner subclass; nothing was debited")
+
+
+def check_verified_runner(runner: PipelineRunner, name: str | None = None, allow_unverified: str | None = None) -> None:
+    """RunError (exit 2) unless `runner` is of a class in VERIFIED_RUNNERS (Beam's own, matched by module path: a
+    subclass or a namesake elsewhere is not verified), or `allow_unverified` is exactly `name`: the runner as the
+    job names it (default: its class's module path), so that opting in to one runner admits no other."""
+    path = f"{type(runner).__module__}.{type(runner).__qualname__}"
+    if path in _verified_paths():
+        return
+    name = name or path
+    if allow_unverified == name:
+        return
+    raise RunError(f"runner {name} is not verified for dpstream (verified: {', '.join(VERIFIED_RUNNERS)}): its "
+                   f"windows, side inputs, grouping or state may differ from Beam's model (DaskRunner's do); to run "
+                   f"on it anyway, opt in with [beam] allow_unverified_runner = \"{name}\"; nothing "
+                   f"was debited")
+
+
+def _verified_paths() -> set[str]:
+    """The module paths of VERIFIED_RUNNERS' classes, as Beam knows them (DirectRunner is SwitchingDirectRunner)."""
+    return {path for path in StandardOptions.ALL_KNOWN_RUNNERS if path.rsplit(".", 1)[1] in VERIFIED_RUNNERS}
