@@ -1,13 +1,15 @@
 """Beam transforms over the connectors: `ReadEvents` reads files and `ToEvents` converts a PCollection of the user's
-own events; both yield EVENT_SCHEMA record batches."""
+own events, both into EVENT_SCHEMA record batches; `WriteRelease` writes a release's rows as one file."""
 from __future__ import annotations
 
 import apache_beam as beam
 import pyarrow as pa
 from apache_beam.metrics import Metrics
+from apache_beam.transforms.window import GlobalWindows
 
 from dpstream.connectors.readers import InputSpec, list_chunks, read_chunk, to_events
 from dpstream.connectors.schema import EventColumns
+from dpstream.connectors.writers import write_rows
 
 
 class _ReadChunk(beam.DoFn):
@@ -95,3 +97,21 @@ class ToEvents(beam.PTransform):
                                                                                          max_batch_size=65536)
         return batches | "To events" >> beam.ParDo(_ElementsToEvents(self.columns, self.label)).with_output_types(
             pa.RecordBatch)
+
+
+class WriteRelease(beam.PTransform):
+    """A bounded release's rows (in their event-time windows) -> one file at `path` in `fmt` (`writers.FORMATS`),
+    written once every window of the release is complete, sorted so that the same rows give the same bytes;
+    `columns`: its header when there are no rows."""
+
+    def __init__(self, path: str, fmt: str, columns: tuple[str, ...] = (), label: str | None = None) -> None:
+        super().__init__(label)
+        self.path, self.fmt, self.columns = path, fmt, columns
+
+    def expand(self, rows):
+        return (
+            rows
+            | "Unwindow" >> beam.WindowInto(GlobalWindows())
+            | "Collect" >> beam.combiners.ToList()
+            | "Write" >> beam.Map(write_rows, self.path, self.fmt, self.columns)
+        )

@@ -57,12 +57,15 @@ def rows_to_table(rows: Iterable[dict[str, Any]]) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=None) if rows else pa.table({})
 
 
-def write_rows(rows: Iterable[dict[str, Any]], path: str, fmt: str = "parquet") -> int:
-    """Write the rows to `path` (local or a URL) atomically (`write_bytes`); returns the row count. A local
-    filesystem's refusal (full, read-only, not permitted) raises OutputError naming `path`."""
+def write_rows(rows: Iterable[dict[str, Any]], path: str, fmt: str = "parquet", columns: tuple[str, ...] = ()) -> int:
+    """Write the rows to `path` (local or a URL) atomically (`write_bytes`); returns the row count. No rows give a
+    file with the header `columns` (CSV, Parquet; JSON lines have no header). A local filesystem's refusal (full,
+    read-only, not permitted) raises OutputError naming `path`."""
     if fmt not in FORMATS:
         raise ValueError(f"output.format must be one of {list(FORMATS)}, got {fmt!r}")
     table = rows_to_table(rows)
+    if not table.num_rows and columns:
+        table = pa.table({name: pa.array([], pa.string()) for name in columns})
     if fmt == "jsonl":
         data = "".join(json.dumps(row, sort_keys=False) + "\n" for row in table.to_pylist()).encode("utf-8")
     else:

@@ -3,8 +3,9 @@
 The pipeline reads the demo's flights table with Beam's own Parquet reader, turns the rows into dpstream events
 (`ToEvents`), and adds two releases planned together under one budget of epsilon 2 and delta 1e-6 per
 aircraft-day: the daily departures per destination (Gaussian noise) and the daily top 5 destinations
-(exponential mechanism). `budget.run` debits the ledger scope once, then runs the pipeline. The same two
-releases in a job file give the same rows for the same seed (tests/test_library_example.py).
+(exponential mechanism). `budget.run` runs the pipeline into staging, debits the ledger scope once when it
+succeeded, and publishes OUTPUT_DIR/releases; a pipeline that fails debits nothing. The same two releases in a job
+file give the same rows for the same seed (tests/test_library_example.py).
 
 Run: python -m dpstream.examples.library OUTPUT_DIR [--ledger URL] [--end 2013-02-01] [--seed N]
 (without --ledger, a fresh SQLite ledger in OUTPUT_DIR holds a scope with exactly this budget; --seed is for
@@ -18,23 +19,23 @@ import tomllib
 from importlib import resources
 
 import apache_beam as beam
-from apache_beam.transforms.window import GlobalWindows
 
 import dpstream.pipelines as dp
 from dpstream.accounting.ledger import Ledger
-from dpstream.connectors.writers import write_rows
 from dpstream.pipelines.cli.demo import DEMO_FILE, cache_dir, export_flights
 
 SCOPE, EPSILON, DELTA = "flights-library", 2.0, 1e-6
 # The public list of destinations served from New York in 2013 (the bundled job's, the published route network).
+RELEASES = ("daily_departures", "daily_top5")
 DESTINATIONS = tuple(tomllib.loads(resources.files("dpstream.examples").joinpath("flights.toml").read_text())
                      ["input"]["partitions"])
 
 
-def budget(ledger: str, end: str, seed: int | None) -> dp.Budget:
-    """One budget for both releases: their noise is planned together, and the scope is debited once."""
+def budget(ledger: str, end: str, seed: int | None, output: str) -> dp.Budget:
+    """One budget for both releases: their noise is planned together, the scope is debited once, and the release
+    files are published into `output` only after that debit."""
     return dp.Budget(
-        scope=SCOPE, epsilon=EPSILON, delta=DELTA, ledger=ledger, seed=seed,
+        scope=SCOPE, epsilon=EPSILON, delta=DELTA, ledger=ledger, seed=seed, output=output,
         bounds=dp.ContributionBounds(max_partitions=2, max_contributions=1),
         window=dp.WindowSpec.of("1d", "2013-01-01", end, timezone="America/New_York"),
         unit_period=86400.0,  # privacy unit: one aircraft during one day
@@ -55,24 +56,20 @@ def main(argv: list[str] | None = None) -> dict[str, str]:
     if not flights.exists():
         export_flights(flights)
     ledger = args.ledger or _fresh_ledger(args.output)
-
-    private = budget(ledger, args.end, args.seed)
+    private = budget(ledger, args.end, args.seed, os.path.join(args.output, "releases"))
     for name, text in private.describe().items():
         print(f"{name}: {text}")
-    files = {name: os.path.join(args.output, f"{name}.parquet") for name in ("daily_departures", "daily_top5")}
     pipeline = beam.Pipeline()
     events = (pipeline
               | "Read flights" >> beam.io.ReadFromParquetBatched(str(flights), columns=["tailnum", "time_hour", "dest"])
               | "To events" >> dp.ToEvents(user="tailnum", timestamp="time_hour", partition="dest", tables=True))
-    for name, path in files.items():
+    for name in RELEASES:
         (events
          | f"Release {name}" >> private.release(name)  # dict rows, each in its event-time window
-         | f"Unwindow {name}" >> beam.WindowInto(GlobalWindows())
-         | f"Collect {name}" >> beam.combiners.ToList()
-         | f"Write {name}" >> beam.Map(write_rows, path))
+         | f"Write {name}" >> private.write(name))     # staged, published after the debit
     debit = private.run(pipeline)
     print(debit.message)
-    return files
+    return {name: os.path.join(args.output, "releases", f"{name}.parquet") for name in RELEASES}
 
 
 def _fresh_ledger(output: str) -> str:

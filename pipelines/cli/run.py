@@ -72,9 +72,10 @@ def register(subparsers) -> None:
     status.set_defaults(handler=_status)
 
     validate = subparsers.add_parser(
-        "validate", help="check a job file and print its plan; reads no data and touches no ledger",
+        "validate", help="check a job file and print its plan; reads the input's first rows, touches no ledger",
         description="Check a job file as a run would before asking the ledger: the job, its plan, the input "
-                    "files' headers. Prints each release's mechanism, noise and cost. Reads no event and touches "
+                    "files' headers, and where the input's first 100,000 rows fall against the window range (a "
+                    "warning when some fall outside it). Prints each release's mechanism, noise and cost. Touches "
                     "no ledger.",
     )
     validate.add_argument("job", metavar="JOB.toml")
@@ -180,7 +181,7 @@ def _validate(args: argparse.Namespace) -> int:
 
     try:
         job = _load(args)
-        plan = runner.validate(job)
+        plan, found = runner.validate(job)
     except jobfile.JobFileError as err:
         return _fail("validate", err)
     except runner.RunError as err:
@@ -198,7 +199,26 @@ def _validate(args: argparse.Namespace) -> int:
     for number, release in enumerate(plan.releases, 1):
         print(f"  {number}. {release.describe()}")
         print(f"     expected: {expected_utility(release, plan.bounds)}")
+    if found is not None:
+        _tell_range(found, job)
     return EXIT_OK
+
+
+def _tell_range(found, job: jobfile.Job) -> None:
+    """Where the rows `validate` read fall against the range, with a warning on stderr when some miss it."""
+    read = "all" if found.complete else "the first"
+    print(f"input ({read} rows): {found.counts.text()}")
+    refused = "publishes pure noise" if job.allow_empty else "is refused"
+    if found.counts.rows == 0:
+        print(f"warning: the input has no rows; a run {refused}", file=sys.stderr)
+    elif found.counts.inside == 0:
+        print(f"warning: none of the rows read falls inside the window range; a run "
+              f"{refused} unless later rows do; check "
+              f"input.timestamp_format (now {job.input.timestamp_format!r}), input.timezone and [window] start and "
+              f"end", file=sys.stderr)
+    elif found.counts.inside < found.counts.rows:
+        print(f"warning: {found.counts.rows - found.counts.inside:,} of the rows read fall outside the window range "
+              f"and are not counted by any release", file=sys.stderr)
 
 
 def _demo(args: argparse.Namespace) -> int:

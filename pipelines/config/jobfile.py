@@ -30,7 +30,7 @@ from dpstream.accounting.calendar import (
 )
 from dpstream.accounting.ledger.errors import LedgerError
 from dpstream.accounting.ledger.periods import PeriodGrid
-from dpstream.connectors import readers, writers
+from dpstream.connectors import readers, timestamps, writers
 from dpstream.pipelines.config.specs import (
     DEFAULT_MAX_QUANTILE_SCORES,
     DEFAULT_QUANTILE_BUCKETS,
@@ -56,7 +56,8 @@ from dpstream.pipelines.config.specs import (
 )
 from dpstream.pipelines.config.times import duration_seconds, instant_seconds, range_instant
 
-FILE_INPUT_KEYS = ("format", "path", "user", "timestamp", "partition", "value", "timestamp_format", "timezone", "partitions")
+FILE_INPUT_KEYS = ("format", "path", "user", "timestamp", "partition", "value", "timestamp_format", "timezone", "partitions",
+                   "allow_empty")
 PUBSUB_INPUT_KEYS = (
     "format", "subscription", "topic", "user", "timestamp", "timestamp_attribute", "partition", "value",
     "timestamp_format", "timezone", "partitions",
@@ -81,7 +82,7 @@ SECTIONS = {
     ),
     "release": ("kind", "name", "weight", *dict.fromkeys(key for keys in RELEASE_KEYS.values() for key in keys)),
     "output": ("path", "format"),
-    "beam": ("runner", "seed", "max_memory_gb"),
+    "beam": ("runner", "seed", "max_memory_gb", "allow_unverified_runner"),
 }
 REQUIRED = {
     "input": ("path", "user", "timestamp", "partition"),
@@ -124,6 +125,7 @@ class BeamSettings:
     runner: str = "DirectRunner"
     seed: int | None = None  # fixed noise seed: tests only, never for real releases
     max_memory_gb: float = DEFAULT_MAX_MEMORY_GB  # the DirectRunner's estimated memory above which a run is refused
+    allow_unverified_runner: str | None = None  # the one runner outside preflight.VERIFIED_RUNNERS the job may run on
 
 
 @dataclass(frozen=True)
@@ -138,6 +140,7 @@ class Job:
     releases: tuple[ReleaseSpec, ...]
     output: OutputSettings
     beam: BeamSettings
+    allow_empty: bool = False  # [input] allow_empty: publish (noise) even when no input row falls in the range
 
 
 def load(path: str) -> Job:
@@ -172,7 +175,8 @@ def parse(document: dict[str, Any], path: str) -> Job:
     output = _output(check, sections["output"], base, os.path.splitext(os.path.basename(path))[0])
     beam = _beam(check, sections["beam"])
     name = os.path.splitext(os.path.basename(path))[0]
-    return Job(os.path.abspath(path), name, input_spec, window, privacy, releases, output, beam)
+    allow_empty = check.flag(sections["input"], "input", "allow_empty", default=False)
+    return Job(os.path.abspath(path), name, input_spec, window, privacy, releases, output, beam, allow_empty)
 
 
 # -- sections --------------------------------------------------------------------------------------
@@ -209,7 +213,7 @@ def _input(check: "_Checker", table: dict, base: str, timezone: str) -> readers.
         timestamp=check.text(table, "input", "timestamp"),
         partition=check.text(table, "input", "partition"),
         value=check.text(table, "input", "value", default=None),
-        timestamp_format=check.choice(table, "input", "timestamp_format", ("auto", "epoch_s", "epoch_ms", "iso8601"), default="auto"),
+        timestamp_format=check.choice(table, "input", "timestamp_format", timestamps.FORMATS, default="auto"),
         timezone=timezone,
     )
     return check.build(readers.InputSpec, **spec)
@@ -227,7 +231,7 @@ def _pubsub_input(check: "_Checker", table: dict, timezone: str):
         timestamp=check.text(table, "input", "timestamp", default=None),
         timestamp_attribute=check.text(table, "input", "timestamp_attribute", default=None),
         value=check.text(table, "input", "value", default=None),
-        timestamp_format=check.choice(table, "input", "timestamp_format", ("auto", "epoch_s", "epoch_ms", "iso8601"), default="auto"),
+        timestamp_format=check.choice(table, "input", "timestamp_format", timestamps.FORMATS, default="auto"),
         timezone=timezone,
     )
 
@@ -446,7 +450,8 @@ def _beam(check: "_Checker", table: dict) -> BeamSettings:
     if not max_memory_gb > 0:
         check.fail(f"beam.max_memory_gb must be a positive number of gigabytes, got {max_memory_gb!r}")
     return BeamSettings(runner=check.text(table, "beam", "runner", default="DirectRunner"), seed=seed,
-                        max_memory_gb=max_memory_gb)
+                        max_memory_gb=max_memory_gb,
+                        allow_unverified_runner=check.text(table, "beam", "allow_unverified_runner", default=None))
 
 
 # -- value checks ----------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ import math
 import os
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -27,8 +27,10 @@ from dpstream.connectors.writers import join, read_rows, write_bytes
 from dpstream.pipelines.config.jobfile import Job
 from dpstream.pipelines.planning import JobPlan
 from dpstream.pipelines.planning.utility import Z975 as Z_95  # two-sided 95% normal quantile of the error bars
-from dpstream.pipelines.run.budget import Debit
 from dpstream.pipelines.transforms.windowing import iso
+
+if TYPE_CHECKING:  # the run package imports this module: a type only, so no import cycle
+    from dpstream.pipelines.run.budget import Debit
 
 REPORT_JSON = "report.json"
 REPORT_MD = "report.md"
@@ -141,17 +143,7 @@ def report_json(context: RunContext, tables: dict[str, pa.Table], chart: str | N
             "accountant": explanation.to_dict(),
             "releases": [release_parameters(r) for r in plan.releases],
         },
-        "budget": {
-            "ledger": debit.ledger,
-            "ledger_id": debit.ledger_id,
-            "scope": debit.scope,
-            "run_id": debit.run_id,
-            "label": debit.label,
-            "debited": debit.event.to_dict(),
-            "periods": None if debit.periods is None else debit.periods.to_dict(),
-            "note": debit.note,
-            "scope_after": _jsonable(debit.scope_after.to_dict()),
-        },
+        "budget": budget_json(debit),
         "releases": {
             name: {"file": os.path.relpath(path, output_dir), "rows": tables[name].num_rows, "columns": tables[name].column_names}
             for name, path in context.files.items()
@@ -163,6 +155,21 @@ def report_json(context: RunContext, tables: dict[str, pa.Table], chart: str | N
         **({"stream": context.stream} if context.stream is not None else {}),
     }
 
+
+def budget_json(debit: Debit) -> dict[str, Any]:
+    """What a run's report says of its debit: the ledger (its masked URL and its id), scope, run, events,
+    periods and the scope's view after it."""
+    return {
+        "ledger": debit.ledger,
+        "ledger_id": debit.ledger_id,
+        "scope": debit.scope,
+        "run_id": debit.run_id,
+        "label": debit.label,
+        "debited": debit.event.to_dict(),
+        "periods": None if debit.periods is None else debit.periods.to_dict(),
+        "note": debit.note,
+        "scope_after": _jsonable(debit.scope_after.to_dict()),
+    }
 
 
 # -- report.md -------------------------------------------------------------------------------------

@@ -9,13 +9,12 @@ transforms, and debits its ledger scope, with the same lifecycle as `dpstream ru
                        window=dp.WindowSpec(size=86400, start=START, end=END),
                        releases=[dp.HistogramSpec("daily", partitions=DESTINATIONS),
                                  dp.TopKSpec("top5", k=5, partitions=DESTINATIONS, weight=2.0)],
-                       ledger="sqlite:///ledger.db")
+                       ledger="sqlite:///ledger.db", output="out/releases")
     pipeline = beam.Pipeline()
     events = pipeline | ... | dp.ToEvents(user="tailnum", timestamp="time_hour", partition="dest")
-    daily = events | budget.release("daily")     # PCollections of plain dict rows
-    top5 = events | budget.release("top5")
-    ...                                          # the user's own sinks
-    budget.run(pipeline)                         # debit the scope, then run the pipeline
+    events | "Daily" >> budget.release("daily") | "Write daily" >> budget.write("daily")   # staged sinks
+    events | "Top 5" >> budget.release("top5") | "Write top5" >> budget.write("top5")
+    budget.run(pipeline)      # admit, run into staging, debit once if it succeeded, publish
 
 Lifecycle (DESIGN.md §1, §6; proof: docs/proofs/pipelines.run.budget.Budget.md): the noise of every release
 is planned from public values when the budget is made (`planning.plan_job`; nothing is read); the transforms
@@ -23,12 +22,14 @@ are built from that plan. A run is a transaction on the ledger:
 - `admit` opens a run (`Ledger.open_run`): the scope's filter must admit the plan's events (svt monitors
   already open on the scope are continued, not charged again: `JobPlan.events`), else RunError EXIT_REFUSED
   before anything is read; the run leases its monitors and output; nothing is debited;
-- the pipeline runs into staging (`dpstream run`; `LeaseKeeper` renews the lease meanwhile);
+- the pipeline runs into staging (`dpstream run`, or `run` with `write` sinks; `LeaseKeeper` renews the lease
+  meanwhile);
 - `preview` then `commit` debit the scope once, atomically, when the outputs are complete, immediately before
   they are published; `abandon` ends a run that failed, debiting nothing; a killed run's lease expires.
 Charging only published runs is sound because nothing a run computed is observable before its publication
 (staged files are owner-only and removed on failure) and the plan's events are fixed before it starts.
-`run(pipeline)`, for a pipeline whose own sinks publish as it runs, debits before running instead (`debit`).
+`run(pipeline)` whose release rows also reach the user's own transforms (sinks that may publish as the pipeline
+runs; `pipelines.run.sinks`) debits before running instead (`debit`), and the debit stands if the pipeline fails.
 
 svt monitors continue across runs (`dpstream.pipelines.mechanisms.monitor`): their sealed ledger records are
 read when the budget first needs them (before the graph is built, since the monitor's state is part of it),
@@ -85,13 +86,19 @@ from dpstream.accounting.ledger import (
 from dpstream.accounting.ledger.streams import FINISHED
 from dpstream.accounting.ledger.urls import masked_url
 from dpstream.accounting.text import first_line, instant_text
+from dpstream.connectors.beam_io import WriteRelease
 from dpstream.connectors.files import is_local, join, read_bytes, remove_file, remove_tree, write_bytes
+from dpstream.connectors.writers import FORMATS as WRITE_FORMATS
+from dpstream.connectors.writers import release_path
 from dpstream.pipelines.config.specs import EPSILON_RANGE, ContributionBounds, ReleaseSpec, WindowSpec
 from dpstream.pipelines.mechanisms.monitor import SparseVectorMonitor
 from dpstream.pipelines.planning import JobPlan, PlanningError, SvtPlan, plan_job
 from dpstream.pipelines.run.errors import EXIT_REFUSED, CommitInDoubt, RunError
-from dpstream.pipelines.run.preflight import COMMITTING_RUNNERS
-from dpstream.pipelines.transforms.graph import release_graph, release_transform
+from dpstream.pipelines.run.preflight import COMMITTING_RUNNERS, check_verified_runner
+from dpstream.pipelines.run.publication import Publication
+from dpstream.pipelines.run.sinks import issued_outputs, unstaged_releases
+from dpstream.pipelines.run.transaction import run_staged
+from dpstream.pipelines.transforms.graph import release_columns, release_graph, release_transform
 from dpstream.pipelines.transforms.svt import STATE, snapshot_path
 from dpstream.pipelines.transforms.windowing import iso
 
@@ -145,7 +152,11 @@ class Budget:
     bounding; `state_dir`: a directory (local or a URL the workers can write) in which the budget makes a
     private subdirectory for svt monitor states, removed by `close` (default: a private local temporary one);
     `source`: what error messages name (the job file); `lease_seconds`: how long a run holds its leases on
-    monitors and its output without renewing them (a killed run frees them after this long).
+    monitors and its output without renewing them (a killed run frees them after this long);
+    `output`: the directory (local, or a URL the workers can write) into which `write` stages releases and `run`
+    publishes them, all at once, after the debit; `overwrite`: replace a run published there;
+    `allow_unverified_runner`: the module path of the one runner outside `preflight`'s verified list that `run`
+    may use (e.g. "mypkg.MyRunner").
     Raises RunError when the releases cannot be planned.
     """
 
@@ -165,6 +176,9 @@ class Budget:
         state_dir: str | None = None,
         source: str = "dpstream",
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        output: str | None = None,
+        overwrite: bool = False,
+        allow_unverified_runner: str | None = None,
     ) -> None:
         self.scope, self.epsilon, self.delta = scope, epsilon, delta
         try:
@@ -177,6 +191,12 @@ class Budget:
         self.lease_seconds = lease_seconds
         self._state_base: str | None = state_dir
         self._state_dir: str | None = None
+        self.output = None if output is None else (os.path.abspath(output) if is_local(output) else output)
+        self.overwrite, self.allow_unverified_runner = overwrite, allow_unverified_runner
+        self._publication: Publication | None = None
+        self._issued: dict[int, str] = {}  # id of a transform `release` gave -> its release
+        self._applied: dict[str, beam.PCollection] = {}  # rows `apply` gave, by release
+        self._writes: dict[str, tuple[str, beam.PTransform]] = {}  # release -> (staged file, its `write` transform)
         try:
             self.plan: JobPlan = plan_job(self.releases, bounds, window, epsilon, delta, self.unit_period)
         except PlanningError as err:
@@ -191,10 +211,34 @@ class Budget:
     def release(self, name: str) -> beam.PTransform:
         """The private transform of release `name`: EVENT_SCHEMA record batches -> plain dict rows."""
         planned = self.plan[name]
-        transform = release_transform(planned, self.bounds, self.window, self.seed, self.shards,
-                                      self._initial_state(planned), self.plan.window_cap)
+        transform: beam.PTransform = release_transform(planned, self.bounds, self.window, self.seed, self.shards,
+                                                       self._initial_state(planned), self.plan.window_cap)
         if isinstance(planned, SvtPlan):
-            return _SealState(transform, self._state_path(name))
+            transform = _SealState(transform, self._state_path(name))
+        self._issued[id(transform)] = name
+        return transform
+
+    def write(self, name: str, fmt: str = "parquet") -> beam.PTransform:
+        """The sink of release `name`'s rows: one file NAME.EXT (`fmt`: parquet, csv or jsonl) staged privately
+        under `output` and published by `run` only after the debit. The first call checks `output` (not a
+        published run unless `overwrite`, not in use by another run, writable; RunError, nothing debited)."""
+        if self.output is None:
+            raise RunError(f"{self.source}: write({name!r}) needs the budget's output directory: "
+                           f"Budget(..., output=DIRECTORY)")
+        names = [release.name for release in self.releases]
+        if name not in names:
+            raise RunError(f"{self.source}: write({name!r}): no such release; the budget's releases: "
+                           f"{', '.join(names)}")
+        if name in self._writes:
+            raise RunError(f"{self.source}: release {name!r} is written once, by one write({name!r})")
+        if fmt not in WRITE_FORMATS:
+            raise RunError(f"{self.source}: write({name!r}): fmt must be one of {', '.join(WRITE_FORMATS)}, "
+                           f"got {fmt!r}")
+        if self._publication is None:
+            self._publication = Publication(self.output, self.overwrite, self.staged_run, _tell).__enter__()
+        path = release_path(self._publication.staging, name, fmt)
+        transform = WriteRelease(path, fmt, release_columns(self.plan[name]))
+        self._writes[name] = (path, transform)
         return transform
 
     def apply(self, events: beam.PCollection, paid_from: Mapping[str, int] | None = None) -> dict[str, beam.PCollection]:
@@ -210,6 +254,7 @@ class Budget:
         for name, state in states.items():
             if state.is_bounded:  # streaming monitors seal a snapshot per window instead (`sealed_states`)
                 state | f"Seal state {name}" >> _WriteState(self._state_path(name))
+        self._applied.update(rows)
         return rows
 
     # -- lifecycle ---------------------------------------------------------------------------------------
@@ -521,28 +566,52 @@ class Budget:
             ledger.check_in_monitors(debit.run_id, states)
 
     def run(self, pipeline: beam.Pipeline, label: str | None = None) -> Debit:
-        """Debit, run `pipeline` to the end, check the monitors in; the state directory is removed after.
+        """Run `pipeline` and pay for its releases; the state directory (and any staging) is removed after.
 
-        The pipeline's own sinks publish as it runs, so the debit comes first and stands if it fails; its
-        monitors then stay leased until an operator who knows nothing was published releases them
-        (`dpstream budget release --force`). `dpstream run` stages its outputs and debits only at publication."""
+        When every release's rows flow only into `write` sinks, the run is a transaction (`transaction.run_staged`):
+        admitted, computed into staging, debited only when the pipeline succeeded and every written release is
+        staged, then published; a pipeline that fails (in any step, a DoFn of yours included) debits nothing and
+        `budget history` shows the run failed. When rows also flow into transforms of your own, Beam cannot tell
+        whether those published before a failure, so the scope is debited before the pipeline runs and the debit
+        stands if it fails (`debit`; a note names the releases)."""
         try:
+            check_verified_runner(pipeline.runner, allow_unverified=self.allow_unverified_runner)
+            unstaged = unstaged_releases(pipeline, self._released(pipeline), self._writes)
+            if self._writes and not unstaged:
+                assert self._publication is not None
+                return run_staged(self, pipeline, self._publication, {n: p for n, (p, _) in self._writes.items()},
+                                  label, _tell)
+            _tell(f"note: release{'s' if len(unstaged) > 1 else ''} {', '.join(unstaged)} flow into transforms of "
+                  f"your own, which may publish while the pipeline runs: the scope is debited before it runs, and "
+                  f"a failure keeps the debit (write every release with budget.write(name) for a run that debits "
+                  f"only when it succeeds)")
             debit = self.debit(label)
             try:
                 pipeline.run().wait_until_finish()
             except Exception as err:
                 raise RunError(f"pipeline failed: {type(err).__name__}: {first_line(err)}; the debit (ledger run "
-                               f"{debit.run_id}) stands, since the pipeline's sinks may have published") from err
+                               f"{debit.run_id}) stands, since the pipeline's own sinks may have published") from err
             self.check_in(debit)
             return debit
         finally:
             self.close()
 
+    def _released(self, pipeline: beam.Pipeline) -> dict[str, list[beam.pvalue.PValue]]:
+        """Release name -> the PCollections of its rows in the built graph (`release` transforms found by identity,
+        plus what `apply` gave)."""
+        found: dict[str, list[beam.pvalue.PValue]] = {name: [rows] for name, rows in self._applied.items()}
+        for name, outputs in issued_outputs(pipeline, self._issued).items():
+            found.setdefault(name, []).extend(outputs)
+        return found
+
     def close(self) -> None:
-        """Remove the state directory, if the budget made one."""
+        """Remove the state directory, if the budget made one, and a staging directory nothing published."""
         if self._state_dir is not None:
             remove_tree(self._state_dir)
             self._state_dir = None
+        if self._publication is not None:
+            self._publication.__exit__(None, None, None)
+            self._publication = None
 
     def _debit(self, admission: Admission, release_id: int | None, message: str, after: ScopeView) -> Debit:
         return Debit(admission.ledger, self.scope, admission.run_id, release_id, admission.label, message,

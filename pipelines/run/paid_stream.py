@@ -44,11 +44,12 @@ from dpstream.pipelines.planning import JobPlan, PeakPlan, SvtPlan
 from dpstream.pipelines.run import streaming as streaming_io
 from dpstream.pipelines.run.budget import Budget
 from dpstream.pipelines.run.errors import EXIT_INTERRUPTED, RunError
-from dpstream.pipelines.run.job_graph import build_pipeline, pipeline_error
+from dpstream.pipelines.run.job_graph import build_pipeline
 from dpstream.pipelines.run.lease import LeaseKeeper
 from dpstream.pipelines.run.payment import StreamPayer
 from dpstream.pipelines.run.preflight import DIRECT_RUNNERS, check_event_time, runner_name
 from dpstream.pipelines.run.stream_report import StreamReport
+from dpstream.pipelines.run.transaction import pipeline_error
 
 
 @dataclass(frozen=True)

@@ -213,6 +213,10 @@ class Publication:
         """Where a file of the run is staged."""
         return join(self.staging, name)
 
+    def inside(self, staged: str) -> str:
+        """A staged file's path inside the output."""
+        return _inside(self.staging, staged)
+
     def final(self, staged: str) -> str:
         """Where a staged file is published."""
         return join(self.output_dir, _inside(self.staging, staged))

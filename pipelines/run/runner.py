@@ -27,18 +27,16 @@ Period scopes and svt continuation: see `Budget`.
 from __future__ import annotations
 
 import os
-import signal
-import threading
 import time
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from dpstream.accounting.ledger import DEFAULT_LEASE_SECONDS, FileDigest, LedgerConflict
+from dpstream.accounting.ledger import DEFAULT_LEASE_SECONDS, FileDigest
 from dpstream.accounting.text import first_line, instant_text
 from dpstream.connectors.errors import InputError
 from dpstream.connectors.files import is_local, join, remove_tree
@@ -51,14 +49,28 @@ from dpstream.pipelines.report import document as report
 from dpstream.pipelines.run import paid_stream
 from dpstream.pipelines.run import streaming as streaming_io
 from dpstream.pipelines.run.budget import Admission, Budget, Debit
-from dpstream.pipelines.run.errors import EXIT_ERROR, EXIT_INTERNAL, EXIT_OK, EXIT_REFUSED, CommitInDoubt, RunError
-from dpstream.pipelines.run.job_graph import build_pipeline, pipeline_error
+from dpstream.pipelines.run.errors import EXIT_ERROR, EXIT_INTERNAL, EXIT_OK, EXIT_REFUSED, RunError
+from dpstream.pipelines.run.input_scan import VALIDATE_ROWS, InputScan, empty_range_refusal, scan
+from dpstream.pipelines.run.job_graph import build_pipeline
 from dpstream.pipelines.run.lease import LeaseKeeper
-from dpstream.pipelines.run.preflight import check_event_time, check_memory, check_runner, runner_name
+from dpstream.pipelines.run.preflight import (
+    check_event_time,
+    check_job_runner,
+    check_memory,
+    check_runner,
+    runner_name,
+)
 from dpstream.pipelines.run.publication import Publication
+from dpstream.pipelines.run.transaction import (
+    abandon,
+    commit_staged,
+    interrupts_deferred,
+    pipeline_error,
+    publish_committed,
+)
+from dpstream.pipelines.transforms.input_range import counts_of
 
-_COMMIT_ATTEMPTS = 5
-STAGES = ("checking the job, its input and its runner (no data read)", "asking the ledger to admit the run",
+STAGES = ("checking the job, its input and its runner", "asking the ledger to admit the run",
           "computing {releases} releases over {windows} windows into staging", "writing the reports and debiting",
           "publishing")
 """The lines `run(progress=...)` is told, in order."""
@@ -91,11 +103,16 @@ def plan(job: Job) -> JobPlan:
     return budget(job).plan
 
 
-def validate(job: Job) -> JobPlan:
-    """Everything a run checks before its debit, without touching the ledger: plan, input files and headers."""
+def validate(job: Job) -> tuple[JobPlan, InputScan | None]:
+    """Everything a run checks before its debit, without touching the ledger: plan, input files and headers, and
+    the job file's [beam] runner (a Beam runner, verified or allowed; a run's options after -- are its own); and
+    where the first `input_scan.VALIDATE_ROWS` rows fall against the range (None for a subscription)."""
     job_plan = plan(job)
     _check_input(job)
-    return job_plan
+    check_job_runner(beam_options(job, ()), job.beam.allow_unverified_runner)
+    if job.input.format == PUBSUB:
+        return job_plan, None
+    return job_plan, _scan(job, max_rows=VALIDATE_ROWS)
 
 
 def _check_input(job: Job) -> None:
@@ -106,6 +123,24 @@ def _check_input(job: Job) -> None:
         check_input(job.input)
     except InputError as err:
         raise RunError(str(err)) from err
+
+
+def _scan(job: Job, **limits) -> InputScan:
+    """`input_scan.scan` of the job's input, its errors as RunError."""
+    try:
+        return scan(job.input, job.window, **limits)
+    except InputError as err:
+        raise RunError(f"{err}; nothing was debited") from err
+
+
+def _check_range(job: Job) -> None:
+    """RunError (before the ledger is asked) unless a file input has a row inside the window range, or the job
+    allows an empty range (`input_scan`)."""
+    if job.input.format == PUBSUB or job.allow_empty:
+        return
+    found = _scan(job, stop_inside=True)
+    if not found.counts.inside:
+        raise RunError(empty_range_refusal(job.source, job.input, job.window, found))
 
 
 def beam_options(job: Job, beam_args: Sequence[str]) -> PipelineOptions:
@@ -155,8 +190,9 @@ def run(
         raise RunError(f"{job.source}: max_seconds must be a positive number of seconds and applies to streaming "
                        f"(input.format = {PUBSUB!r}) jobs only, got {max_seconds!r} for input.format {job.input.format!r}")
     options = beam_options(job, beam_args)
-    check_runner(options)
+    check_runner(options, job.beam.allow_unverified_runner)
     check_memory(plan_size(job_budget.plan), options, job.beam.max_memory_gb)
+    _check_range(job)  # reads the input's first rows: after every check that needs no data
     grid = job_budget.scope_grid() if streaming else None
     timings["plan_s"] = time.perf_counter() - started
     if streaming and (grid is not None or _pays_per_window(job_budget, output_dir, runner_name(options), log)):
@@ -196,21 +232,21 @@ def run(
                 tick = time.perf_counter()
                 with LeaseKeeper(lambda: job_budget.renew(admission), job_budget.lease_seconds, f"run-{admission.run_id}"):
                     pending, released = _compute(job, job_budget, pipeline, files, parts, max_seconds, publication,
-                                                 progress)
+                                                 progress, log)
                     states = job_budget.sealed_states(released)
                 timings["pipeline_s"] = time.perf_counter() - tick
                 progress(STAGES[3])
-                debiting.enter_context(_interrupts_deferred(log))  # until published: Ctrl-C cannot split the two
+                debiting.enter_context(interrupts_deferred(log))  # until published: Ctrl-C cannot split the two
                 debit, written, journaled = _commit(job, job_budget, admission, states, options, beam_args, files,
                                                     started_at, timings, pending, publication, started)
             except Exception as err:
                 error = err if isinstance(err, RunError) else pipeline_error(err)
-                _abandon(job_budget, admission, str(error), log)  # the one line the user sees, not the runner's wrapping
+                abandon(job_budget, admission, str(error), log)  # the one line the user sees, not the runner's wrapping
                 if error is err:
                     raise
                 raise error from err
             except BaseException as err:  # Ctrl-C: the run ends unpublished too
-                _abandon(job_budget, admission, f"interrupted ({type(err).__name__})", log)
+                abandon(job_budget, admission, f"interrupted ({type(err).__name__})", log)
                 raise
         finally:
             job_budget.close()
@@ -218,13 +254,7 @@ def run(
         progress(STAGES[4])
         # a bundle still running when a stream's pipeline was cancelled may have written a window part since
         remove_tree(join(publication.staging, streaming_io.PARTS_DIR))
-        try:
-            publication.verify(journaled, "after the debit")
-        except RunError as err:
-            raise RunError(f"the debit (ledger run {debit.run_id}) stands but nothing was published: {err}; the "
-                           f"outputs stay in {publication.staging} (the ledger journaled their digests); run the job "
-                           f"again once the staged files are restored, and it publishes them", EXIT_ERROR) from err
-        publication.publish()
+        publish_committed(debit, journaled, publication, "run the job again")
     final_files = {name: publication.final(path) for name, path in files.items()}
     return RunOutcome(output_dir, written, final_files, pending)
 
@@ -240,12 +270,16 @@ def _pays_per_window(job_budget: Budget, output_dir: str, runner: str, log) -> b
 
 def _compute(job: Job, job_budget: Budget, pipeline: beam.Pipeline, files: dict[str, str],
              parts: dict[str, str] | None, max_seconds: float | None, publication: Publication,
-             progress) -> tuple[dict[str, int], dict[str, set[int]] | None]:
+             progress, log) -> tuple[dict[str, int], dict[str, set[int]] | None]:
     """Run the pipeline into the staging directory; (the windows still pending (streaming at max_seconds),
-    release name -> the windows released (streaming; None for batch)).
+    release name -> the windows released (streaming; None for batch)). A batch run logs where its input rows fell
+    against the range (`input_range`: for the operator, never in an output or the ledger).
     Streaming tells `progress` one line per window as its releases are written (`STREAMING_WINDOW`)."""
     if parts is None:
-        pipeline.run().wait_until_finish()
+        result = pipeline.run()
+        result.wait_until_finish()
+        counts = counts_of(result)
+        log(f"input: {counts.text()}" if counts is not None else "input: the runner reported no row counts")
         return {}, None
     expected = {spec.name: streaming_io.emissions(job_budget.plan[spec.name], job.window) for spec in job.releases}
     def on_window(index: int) -> None:
@@ -259,65 +293,22 @@ def _compute(job: Job, job_budget: Budget, pipeline: beam.Pipeline, files: dict[
     return stream.pending(), stream.released
 
 
-@contextmanager
-def _interrupts_deferred(log) -> Iterator[None]:
-    """Ctrl-C (SIGINT) waits until the block ends: a run that is debiting finishes its debit and publication, so
-    an interrupt never leaves a debited run unpublished or a message that says otherwise. Only the main thread
-    can hold signals; elsewhere nothing changes."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    received: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, _frame: received.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        if received:
-            log("note: Ctrl-C arrived while the run was debiting and publishing; it finished both first")
-
-
 def _commit(job: Job, job_budget: Budget, admission: Admission, states, options: PipelineOptions,
             beam_args: Sequence[str], files: dict[str, str], started_at: str, timings: dict[str, float],
             pending: dict[str, int], publication: Publication,
             started: float) -> tuple[Debit, dict[str, Any], tuple[FileDigest, ...]]:
-    """Write the reports into staging with the debit the ledger previews, check that the staged outputs are
-    complete and the output directory untouched, then commit that very debit with the staged files' digests
-    journaled (again, with a fresh report, when another release changed the scope in between); (the debit, the
-    report, the journaled files). Once committed, the staging directory is kept until it is published."""
-    for _ in range(_COMMIT_ATTEMPTS):
-        preview, token = job_budget.preview(admission, states)
+    """`transaction.commit_staged` with the job's reports (report.json, report.md, chart.png) staged for the debit
+    the ledger previews; (the debit, the report, the journaled files)."""
+
+    def stage_report(preview: Debit) -> dict[str, Any]:
         context = report.RunContext(job=job, plan=job_budget.plan, runner=options.view_as(StandardOptions).runner,
                                     beam_args=tuple(beam_args), debit=preview, files=files, started_at=started_at,
                                     timings=timings, pending=pending)
         try:
-            written = report.write_reports(context, publication.staging, started)
+            return report.write_reports(context, publication.staging, started)
         except OSError as err:
             where = f"{err.filename}: " if err.filename else ""
             raise RunError(f"cannot write the report into {publication.staging}: {where}{err.strerror or err}; "
                            f"nothing was published or debited") from err
-        staged = publication.digests()
-        missing = [name for name, path in files.items() if not publication.holds(path, staged)]
-        if missing:
-            raise RunError(f"release {missing[0]!r}: its staged file vanished from {publication.staging} while the "
-                           f"run computed (a temporary-file cleaner?); nothing was published or debited")
-        publication.check_unchanged()
-        try:
-            debit = job_budget.commit(admission, states, token, staged)
-        except LedgerConflict:
-            continue
-        except CommitInDoubt:
-            publication.committed = True  # kept for the next run, which asks the ledger again
-            raise
-        publication.committed = True
-        return debit, written, staged
-    raise RunError(f"scope {job_budget.scope!r} kept changing while run {admission.run_id} tried to publish "
-                   f"({_COMMIT_ATTEMPTS} attempts); nothing was published or debited")
 
-
-def _abandon(job_budget: Budget, admission: Admission, reason: str, log) -> None:
-    """End the run unpublished; a ledger that cannot be reached lets its lease run out instead."""
-    try:
-        job_budget.abandon(admission, reason)
-    except RunError as err:
-        log(f"note: could not record the run's failure ({err})")
+    return commit_staged(job_budget, admission, states, publication, files, stage_report)

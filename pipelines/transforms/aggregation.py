@@ -108,6 +108,11 @@ class WindowedRelease(beam.PTransform):
         self._seed = seed
         self._shards = shards
 
+    @classmethod
+    def columns(cls, plan) -> tuple[str, ...]:
+        """The columns of the rows the release yields, in order (a release with no rows still has them)."""
+        raise NotImplementedError(cls.__name__)
+
     def _window_sums(self, batches, partitions: tuple[str, ...] | None, bounds: ContributionBounds | None = None,
                      units: bool = False, label: str = "", buckets: ValueGrid | None = None):
         """Record batches -> (window index, bounded per-partition sums) for every window of the public range.

@@ -34,6 +34,12 @@ TRANSFORMS: dict[type, type[WindowedRelease]] = {HistogramPlan: PrivateHistogram
 """The transform of each plan type but svt (whose transform also takes the monitor's sealed state)."""
 
 
+def release_columns(planned: ReleasePlan) -> tuple[str, ...]:
+    """The columns of release `planned`'s rows (what its file's header holds, rows or none)."""
+    kind = SparseVectorAlerts if isinstance(planned, SvtPlan) else TRANSFORMS[type(planned)]
+    return kind.columns(planned)
+
+
 def release_transform(planned: ReleasePlan, bounds: ContributionBounds, window: WindowSpec, seed: int | None,
                       shards: int = 1, monitor_state: Mapping[str, Any] | None = None,
                       cap: WindowCap | None = None, snapshots: str | None = None,

@@ -209,6 +209,10 @@ class PrivateHistogram(WindowedRelease):
     window of the public range), add noise (or select) per window.
     """
 
+    @classmethod
+    def columns(cls, plan) -> tuple[str, ...]:
+        return ("release", "window_start", "window_end", "partition", "value", "noise_stddev")
+
     def default_label(self) -> str:
         return f"PrivateHistogram({self._plan.name}, {self._plan.mechanism})"
 

@@ -91,6 +91,10 @@ class PeakWindow(WindowedRelease):
     noise_stddev is sigma in the units of the totals (sigma * maximum).
     """
 
+    @classmethod
+    def columns(cls, plan) -> tuple[str, ...]:
+        return ("release", "period_start", "period_end", "window_start", "window_end", "noise_stddev")
+
     def default_label(self) -> str:
         return f"PeakWindow({self._plan.name}, periods of {self._plan.period_text})"
 

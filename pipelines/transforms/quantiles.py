@@ -83,6 +83,10 @@ class _QuantilesMechanism(beam.DoFn):
 class PrivateQuantiles(WindowedRelease):
     """Record batches -> dict rows (release, window_start, window_end, partition, quantile, value)."""
 
+    @classmethod
+    def columns(cls, plan) -> tuple[str, ...]:
+        return ("release", "window_start", "window_end", "partition", "quantile", "value")
+
     def default_label(self) -> str:
         return f"PrivateQuantiles({self._plan.name}, {list(self._plan.spec.quantiles)})"
 

@@ -263,6 +263,10 @@ class SparseVectorAlerts(WindowedRelease):
     stream's monitor answers next (its alerts then travel as (row, sealed state)).
     """
 
+    @classmethod
+    def columns(cls, plan) -> tuple[str, ...]:
+        return ("release", "window_start", "window_end", "alert", "halted", "note")
+
     def __init__(self, plan: SvtPlan, bounds: ContributionBounds, window: WindowSpec, seed: int | None = None,
                  shards: int = 1, initial_state: Mapping[str, Any] | None = None, snapshots: str | None = None,
                  paid_from: int | None = None):

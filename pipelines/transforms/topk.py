@@ -69,6 +69,11 @@ class _TopKMechanism(beam.DoFn):
 class PrivateTopK(WindowedRelease):
     """Record batches -> dict rows (release, window_start, window_end, rank, partition[, value, noise_stddev])."""
 
+    @classmethod
+    def columns(cls, plan) -> tuple[str, ...]:
+        counted = ("value", "noise_stddev") if plan.count_sigma is not None else ()
+        return ("release", "window_start", "window_end", "rank", "partition", *counted)
+
     def default_label(self) -> str:
         return f"PrivateTopK({self._plan.name}, k={self._plan.spec.k})"
 

@@ -73,6 +73,11 @@ def window_indices(timestamps: np.ndarray, window: WindowSpec) -> tuple[np.ndarr
     return rows, starts + within
 
 
+def window_start_micros(window: WindowSpec) -> int:
+    """The start of the range (window 0), in microseconds."""
+    return int(_edge_micros(window)[0]) if window.edges else _micros(window.start)
+
+
 def _edge_micros(window: WindowSpec) -> np.ndarray:
     return np.array([_micros(edge) for edge in window.edges], dtype=np.int64)
 

@@ -119,17 +119,17 @@ LocalFileSystem.create = lambda self, *args, **kwargs: _Full(_create(self, *args
 
 HEADER_CHANGES = """
 import dpstream.pipelines.run.runner as runner
-_check = runner.check_input
+_check = runner._check_range
 
-def _check_then_replace(spec):
-    checked = _check(spec)
-    with open(spec.path, "w") as out:
+def _check_then_replace(job):
+    _check(job)
+    with open(job.input.path, "w") as out:
         out.write("user,when,dest\\nu1,2013-01-01T10:00:00Z,A\\n")
-    return checked
 
-runner.check_input = _check_then_replace
+runner._check_range = _check_then_replace
 """
-"""events.csv is replaced by a file whose time column has another name after the run checked its header."""
+"""events.csv is replaced by a file whose time column has another name after the run checked its header and
+first rows."""
 
 _QUANTILE = ('[[release]]\nkind = "quantiles"\nname = "{name}"\nquantiles = [0.5]\nbuckets = 1000000\npartitions = '
              + str([f"p{i}" for i in range(1000)]).replace("'", '"') + "\n")
@@ -156,7 +156,11 @@ CASES = [
     Case("CSV header with spaces after the commas", 0, r"daily: 9 rows", files={"events.csv": _events("user, time, dest")}),
     Case("CSV user and partition values NA and null (pyarrow's null tokens)", 0, r"daily: 9 rows",
          files={"events.csv": _events() + "null,2013-01-02T10:00:00Z,NA\nNA,2013-01-02T11:00:00Z,NA\n"}),
-    Case("empty JSONL file (no events: noise only)", 0, r"daily: 9 rows", job=_jsonl(), files={"events.jsonl": ""}),
+    Case("empty JSONL file with input.allow_empty = true (noise only)", 0, r"daily: 9 rows",
+         job=lambda text: _jsonl()(text).replace('user = "user"', 'user = "user"\nallow_empty = true'),
+         files={"events.jsonl": ""}),
+    Case("header-only CSV with input.allow_empty = true (noise only)", 0, r"daily: 9 rows",
+         job=_replace('dest"\n', 'dest"\nallow_empty = true\n'), files={"events.csv": "user,time,dest\n"}),
     # refused before the ledger is asked
     Case("JSONL key typo", 2, r"events\.jsonl: input\.user names column 'user', which the file does not have; "
          r"columns: usr, time, dest$", job=_jsonl(), files={"events.jsonl": _jsonl_rows("usr")}),
@@ -218,19 +222,50 @@ CASES = [
          args=("--ledger", "postgresql://u:PASSWORD@host:abc/db")),
     Case("scope missing", 2, r"budget scope 'test' is not in ledger .* create it with `dpstream budget init",
          prepare=lambda directory: _drop_scope(directory)),
-    # found only by reading: the run fails, nothing is published or debited
+    # refused before the ledger is asked, from the input's first rows (issue 33)
+    Case("header-only CSV (no rows)", 2, r"job\.toml: no input row falls inside the window range "
+         r"\[2013-01-01T00:00:00Z, 2013-01-04T00:00:00Z\) \(the input has no rows\); set input\.allow_empty = true "
+         r"to publish noise for it anyway; nothing was debited$", files={"events.csv": "user,time,dest\n"}),
+    Case("empty JSONL file (no rows)", 2, r"no input row falls inside the window range .* \(the input has no rows\)",
+         job=_jsonl(), files={"events.jsonl": ""}),
+    Case("every row outside the window range (events of 2015)", 2,
+         r"no input row falls inside the window range \[2013-01-01T00:00:00Z, 2013-01-04T00:00:00Z\) \(36 rows read: "
+         r"0 inside the window range, 0 before it, 36 after it\); check "
+         r"input\.timestamp_format \(now 'auto'\), input\.timezone and the \[window\] range; set "
+         r"input\.allow_empty = true to publish noise for it anyway; nothing was debited$",
+         files={"events.csv": _events(time=lambda day: f"2015-01-0{day + 1}T10:00:00Z")}),
+    Case("millisecond timestamps under timestamp_format auto", 2,
+         r"events\.csv:2: column 'time': not epoch seconds \(timestamp_format auto reads numbers as seconds\): the "
+         r"value looks like milliseconds since 1970; set input\.timestamp_format = \"epoch_ms\"; nothing was debited$",
+         files={"events.csv": _events(time=lambda day: str((1356998400 + 86400 * day + 36000) * 1000))}),
+    Case("millisecond timestamps under timestamp_format epoch_s", 2,
+         r"events\.csv:2: column 'time': not epoch seconds: the value looks like milliseconds since 1970; set "
+         r"input\.timestamp_format = \"epoch_ms\"; nothing was debited$",
+         job=_replace('timestamp = "time"', 'timestamp = "time"\ntimestamp_format = "epoch_s"'),
+         files={"events.csv": _events(time=lambda day: str((1356998400 + 86400 * day + 36000) * 1000))}),
+    Case("a bad timestamp at line 38 among epoch seconds under auto", 2,
+         r"events\.csv:38: column 'time': not a number of seconds like most of the column's values "
+         r"\(timestamp_format auto\); nothing was debited$",
+         files={"events.csv": _events(time=lambda day: str(1356998400 + 86400 * day + 36000)) + "u1,notatime,A\n"}),
+    # bad rows among the first ones, which the run reads before asking the ledger (issue 33)
     Case("a bad timestamp in row 38", 2, r"events\.csv:38: column 'time': not an ISO 8601 time; "
-         r"nothing was published or debited$", files={"events.csv": _events() + "u1,2013-13-01,A\n"}),
-    Case("a malformed time in row 38, never echoed (issue 32)", 2, r"events\.csv:38: column 'time': not an ISO 8601 "
-         r"time; nothing was published or debited$", files={"events.csv": _events() + f"u1,{SECRET},A\n"}),
-    Case("a missing user in row 38", 2, r"events\.csv:38: column 'user': missing value; nothing was published or debited$",
+         r"nothing was debited$", files={"events.csv": _events() + "u1,2013-13-01,A\n"}),
+    Case("a missing user in row 38", 2, r"events\.csv:38: column 'user': missing value; nothing was debited$",
          files={"events.csv": _events() + ",2013-01-01T10:00:00Z,A\n"}),
-    Case("a ragged row", 2, r"events\.csv:38: expected 3 fields, got 4; nothing was published or debited$",
+    Case("a ragged row", 2, r"events\.csv:38: expected 3 fields, got 4; nothing was debited$",
          files={"events.csv": _events() + "u1,2013-01-01T10:00:00Z,A,extra\n"}),
     Case("Parquet user ids that are not UTF-8 (a binary column) in row 37", 2,
-         r"events\.parquet:37: column 'user': not UTF-8 text; nothing was published or debited$",
+         r"events\.parquet:37: column 'user': not UTF-8 text; nothing was debited$",
          job=_replace('format = "csv"\npath = "events.csv"', 'format = "parquet"\npath = "events.parquet"'),
          files={"events.parquet": _parquet_events(b"\xff\xfe")}),
+    # found only by reading: the run fails, nothing is published or debited
+    Case("a malformed time in a second input file, never echoed (issue 32)", 2, r"events2\.csv:3: column 'time': "
+         r"not an ISO 8601 time; nothing was published or debited$", job=_replace('path = "events.csv"', 'path = "events*.csv"'),
+         files={"events2.csv": f"user,time,dest\nu1,2013-01-01T10:00:00Z,A\nu2,{SECRET},A\n"}),
+    Case("a bad timestamp in a second input file (read by the pipeline only)", 2,
+         r"events2\.csv:3: column 'time': not an ISO 8601 time; nothing was published or debited$",
+         job=_replace('path = "events.csv"', 'path = "events*.csv"'),
+         files={"events2.csv": "user,time,dest\nu1,2013-01-01T10:00:00Z,A\nu2,2013-13-01,A\n"}),
     Case("the output's filesystem full from the start (no space left on device)", 2,
          r"/\.out\.dpstream-staging-\w+/daily\.jsonl: cannot write: No space left on device; nothing was "
          r"published or debited$", patch=FULL_DISK),
@@ -293,7 +328,7 @@ def run_case(case: Case, directory: Path) -> Outcome:
     result = subprocess.run(command, cwd=directory, capture_output=True, text=True, timeout=600)
     after = _ledger_state(url)
     stderr = result.stderr.strip().splitlines()
-    line = stderr[0] if stderr else next((s for s in result.stdout.splitlines() if "rows" in s), "")
+    line = stderr[0] if stderr else next((s for s in result.stdout.splitlines() if " rows -> " in s), "")
     out = directory / "out"
     return Outcome(result.returncode, line, len(stderr), out.is_dir() and (out / "report.json").exists(),
                    after != before)
@@ -330,7 +365,7 @@ def test_a_malformed_rows_raw_value_reaches_neither_the_message_nor_the_ledger(t
         [run] = ledger.runs_of("test")
     assert run.status == "failed" and run.release_id is None
     assert run.reason is not None and SECRET not in run.reason
-    assert re.search(r"events\.csv:38: column 'time': not an ISO 8601 time; nothing was published or debited$",
+    assert re.search(r"events2\.csv:3: column 'time': not an ISO 8601 time; nothing was published or debited$",
                      run.reason), run.reason
     for extra in ((), ("--json",)):
         history = subprocess.run([sys.executable, "-m", "dpstream.pipelines.cli.main", "budget", "history", "--ledger",

@@ -79,7 +79,7 @@ def test_defaults_and_relative_paths(tmp_path):
         ('user = "user"', 'usr = "user"', "input.usr is not a known key; allowed:"),
         ('[privacy]', '[privacy]\nbudget = 1', "privacy.budget is not a known key"),
         ('timestamp = "time"', 'timestamp = "time"\ntimezone = "Mars/Olympus"', "input.timezone must be an IANA time zone name"),
-        ('timestamp = "time"', 'timestamp = "time"\ntimestamp_format = "unix"', "input.timestamp_format must be one of auto, epoch_s, epoch_ms, iso8601, got 'unix'"),
+        ('timestamp = "time"', 'timestamp = "time"\ntimestamp_format = "unix"', "input.timestamp_format must be one of auto, epoch_s, epoch_ms, epoch_us, epoch_ns, iso8601, got 'unix'"),
         ('partitions = ["A", "B"]', 'partitions = ["A", "A"]', "input.partitions lists a partition more than once"),
         ('name = "top_k"', 'name = "top k"', "release #1: name must be 1 to 100 letters, digits"),
         ("k = 1", "k = 1\n[[release]]\nkind = \"peak\"\nname = \"p\"\nperiod = \"3d\"", "release.p.maximum is required for a peak release"),

@@ -18,6 +18,7 @@ import pytest
 from dpstream.accounting.ledger import FileDigest, Ledger, LedgerError
 from dpstream.pipelines.config import jobfile
 from dpstream.pipelines.run import runner
+from dpstream.pipelines.run.errors import CommitInDoubt
 from dpstream.pipelines.run.publication import Publication
 from tests.accounting.test_ledger import ledger_url, postgres_url, postgresql_url_fresh  # noqa: F401  (fixtures)
 from tests.pipelines.test_runner import JOB, _events
@@ -81,7 +82,7 @@ def test_a_staged_release_that_vanishes_before_the_debit_fails_the_run_with_noth
         monkeypatch.setattr(runner, "_compute", cleaned)
     else:
         monkeypatch.setattr(document, "write_reports", cleaned_later)
-    expected = "daily.jsonl" if when == "computing" else "release 'daily': its staged file vanished"
+    expected = "daily.jsonl" if when == "computing" else "release 'daily': its staged file is missing"
     with pytest.raises(runner.RunError, match=f"{expected}.*nothing was published or debited"):
         runner.run(job, str(tmp_path / "out"), url, **QUIET)
     assert _debits(url) == (0, ["failed"]) and not (tmp_path / "out").exists() and not _staging(tmp_path)
@@ -247,7 +248,7 @@ def test_a_commit_the_ledger_cannot_confirm_keeps_the_staging_for_the_next_run(t
     monkeypatch.setattr(Ledger, "commit_run", lost_after)
     monkeypatch.setattr(Ledger, "run", unreachable)
     monkeypatch.setattr(runner.Budget, "abandon", lambda *args: None)  # the ledger is gone for that too
-    with pytest.raises(runner.CommitInDoubt, match="whether ledger run 1 was debited is unknown"):
+    with pytest.raises(CommitInDoubt, match="whether ledger run 1 was debited is unknown"):
         runner.run(job, str(tmp_path / "out"), url, **QUIET)
     assert len(_staging(tmp_path)) == 1 and not (tmp_path / "out").exists()
     monkeypatch.setattr(Ledger, "run", run)
@@ -385,7 +386,7 @@ def test_a_sqlite_ledger_moved_away_mid_run_is_told_truthfully(tmp_path, monkeyp
             runner.run(job, str(tmp_path / "out"), url, lease_seconds=1, **QUIET)
         assert not _staging(tmp_path)
     else:
-        with pytest.raises(runner.CommitInDoubt, match="ledger file .* does not exist.*whether ledger run 1 was "
+        with pytest.raises(CommitInDoubt, match="ledger file .* does not exist.*whether ledger run 1 was "
                                                        "debited is unknown"):
             runner.run(job, str(tmp_path / "out"), url, lease_seconds=1, **QUIET)
         assert len(_staging(tmp_path)) == 1

@@ -159,10 +159,15 @@ def test_missing_scope_says_how_to_create_it(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_a_bad_row_names_file_row_and_column_and_the_run_is_neither_published_nor_debited(tmp_path):
+def test_a_bad_row_names_file_row_and_column_and_the_run_is_neither_published_nor_debited(tmp_path, monkeypatch):
     events = _events(5) + "u1,2013-13-01,A\n"
     job = _job(tmp_path, events)
     url = _ledger(tmp_path, 8.0)
+    with pytest.raises(runner.RunError, match=r"events\.csv:17: column 'time': not an ISO 8601 time; nothing was debited$"):
+        runner.run(job, str(tmp_path / "out"), url, log=lambda _: None)  # found by the scan before the ledger
+    with Ledger(url) as ledger:
+        assert ledger.runs_of("test") == []
+    monkeypatch.setattr(runner, "_check_range", lambda job: None)  # a row the scan does not reach: the pipeline's
     with pytest.raises(runner.RunError, match=r"events\.csv:17: column 'time': not an ISO 8601 time; nothing was published or debited$") as caught:
         runner.run(job, str(tmp_path / "out"), url, log=lambda _: None)
     assert caught.value.exit_code == runner.EXIT_ERROR

@@ -72,9 +72,11 @@ def test_a_failure_at_any_stage_before_publication_publishes_nothing_and_debits_
 
 
 def _continue(tmp_path, job: jobfile.Job) -> jobfile.Job:
-    """The job over the next three days (a monitor continues where the last published run ended)."""
+    """The job over the next three days (a monitor continues where the last published run ended), whose events
+    all lie before them: the run publishes noise only (`allow_empty`)."""
     text = (tmp_path / "job.toml").read_text().replace("start = 2013-01-01\nend = 2013-01-04",
-                                                      "start = 2013-01-04\nend = 2013-01-07")
+                                                      "start = 2013-01-04\nend = 2013-01-07").replace(
+        'partition = "dest"\n', 'partition = "dest"\nallow_empty = true\n')
     (tmp_path / "job2.toml").write_text(text)
     return jobfile.load(str(tmp_path / "job2.toml"))
 
