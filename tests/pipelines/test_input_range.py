@@ -68,3 +68,19 @@ def test_validate_warns_about_rows_outside_the_range(tmp_path, capsys):
     (tmp_path / "events.csv").write_text(_events(10).replace("2013-", "2015-"))
     assert cli(["validate", str(tmp_path / "job.toml")]) == 0
     assert "warning: none of the rows read falls inside the window range; a run is refused" in capsys.readouterr().err
+
+
+def test_an_empty_release_still_writes_its_header(tmp_path):
+    """allow_empty on a header-only file, a histogram over partitions not known in advance (selected by noisy
+    thresholds: nothing passes) written as CSV: the file holds the release's header and no row."""
+    (tmp_path / "events.csv").write_text("user,time,dest\n")
+    job = (JOB.replace('partitions = ["A", "B", "C"]\n', "allow_empty = true\n")
+           .split("[[release]]")[0] + '[[release]]\nkind = "histogram"\nname = "daily"\n[output]\nformat = "csv"\n')
+    (tmp_path / "job.toml").write_text(job)
+    url = _ledger(tmp_path, 40.0)
+    outcome = runner.run(jobfile.load(str(tmp_path / "job.toml")), str(tmp_path / "out"), url, log=lambda _: None)
+    assert (tmp_path / "out" / "daily.csv").read_text() == (
+        '"release","window_start","window_end","partition","value","noise_stddev"\n')
+    assert outcome.report["releases"]["daily"]["rows"] == 0
+    with Ledger(url) as ledger:
+        assert len(ledger.history("test")) == 1  # an empty range is still a paid release
