@@ -56,6 +56,8 @@ audit: dev-install
 	DPSTREAM_FUZZ_EXAMPLES=3000 $(PY) -m pytest -q tests/connectors/test_reader_fuzz.py tests/pipelines/test_jobfile_fuzz.py
 	DPSTREAM_FUZZ_EXAMPLES=300 $(PY) -m pytest -q tests/pipelines/test_run_fuzz.py
 	DPSTREAM_KILLS=30 $(PY) -m pytest -q -s tests/pipelines/test_kill_anywhere.py
+	DPSTREAM_CSV_FUZZ_EXAMPLES=2000 $(PY) -m pytest -q tests/connectors/test_csv_strict.py
+	DPSTREAM_STREAM_KILLS=30 $(PY) -m pytest -q -s tests/integration/test_stream_kill_anywhere.py
 
 bench: bench-install
 	$(PY) -m benchmarks

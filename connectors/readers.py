@@ -16,6 +16,20 @@ run failed is stored in the ledger and shown by `dpstream budget history`.
 Errors about a file's header (`check_input`, before any run is admitted) may
 name its columns.
 
+CSV is read strictly, so that no row is merged into another or lost unseen:
+each non-blank line of a CSV file is one row, and a file that breaks this line
+rule is refused, naming the first line that does. Lines end in \\n or \\r\\n (a
+carriage return anywhere else is refused) and a blank line (nothing before its
+line end) is skipped. Quotes follow RFC 4180 within the line: a field holding a
+quote is quoted whole, with its quotes doubled, and a quoted field ends on the
+line it starts on, as no event column can hold a line break. So an unterminated
+quote, a line break inside quotes, a quote inside an unquoted field and text
+after a closing quote are all refused. The rule is checked with numpy on each
+block of lines (CSV_BLOCK_BYTES) before pyarrow parses it, and pyarrow's row
+count against the block's non-blank lines after, which also gives each row
+the line number its errors name. Line 1 is the header: `check_input` refuses
+an empty (or blank) file; a file holding only a header has no events.
+
 Files are listed and read only through Apache Beam's `FileSystems` (`match`,
 `open`), so `input.path` may be a local path or a URL of any scheme the Beam
 installation supports (`gs://` with `apache-beam[gcp]`, `s3://` with
@@ -152,8 +166,8 @@ _HEADER_BLOCK = 1 << 16
 
 def check_input(spec: InputSpec) -> list[str]:
     """Check that the files exist, are regular files, and name every mapped column once (CSV header, Parquet
-    schema, first JSONL record), parsed as the readers parse them; reads at most HEADER_BYTES of each file's
-    text and no other record."""
+    schema, first JSONL record), parsed as the readers parse them (an empty CSV file, which has no header, is
+    refused); reads at most HEADER_BYTES of each file's text and no other record."""
     paths = files(spec)
     for path in paths:
         if is_local(path) and not os.path.isfile(path):
@@ -180,9 +194,9 @@ def _column_names(fmt: str, path: str) -> list[str] | None:
         if fmt == "parquet":
             with open_file(path) as raw:
                 return list(pq.read_schema(_seekable(raw)).names)
-        line = _first_line(path, skip_blank=fmt == "jsonl")
         if fmt == "csv":
-            return [name.strip() for name in next(csv.reader([line.decode("utf-8")]), [])]
+            return _csv_header(path)
+        line = _first_line(path, skip_blank=True)
         if not line.strip():
             return None
         record = json.loads(line)
@@ -196,6 +210,24 @@ def _column_names(fmt: str, path: str) -> list[str] | None:
                          f"first line)") from err
     except (OSError, pa.ArrowException, ValueError) as err:
         raise InputError(f"{path}: cannot read the {fmt} header: {first_line(err)}") from err
+
+
+def _csv_header(path: str) -> list[str]:
+    """The names in a CSV file's line 1, stripped of spaces. InputError when the file is empty (nothing but
+    whitespace: no header), line 1 is blank, or it breaks the line rule (`_csv_line_numbers`)."""
+    line = _first_line(path, skip_blank=False)
+    if not line.strip():
+        raise InputError(f"{path}: the file is empty (no header line)" if _is_blank(path) else
+                         f"{path}:1: the header line is blank")
+    _csv_line_numbers(path, line, 1)
+    return [name.strip() for name in next(csv.reader([line.decode("utf-8")]))]
+
+
+def _is_blank(path: str) -> bool:
+    """Whether the file's text is nothing but whitespace (in its first HEADER_BYTES: a header check reads no
+    more)."""
+    with open_file(path) as raw:
+        return not _text_stream(path, raw).read(HEADER_BYTES).strip()
 
 
 def _first_line(path: str, skip_blank: bool) -> bytes:
@@ -308,55 +340,155 @@ def _require_columns(spec: InputSpec, path: str, available: list[str]) -> None:
 
 
 def _read_csv(spec: InputSpec, chunk: Chunk) -> Iterator[pa.RecordBatch]:
+    """One batch per block of lines: each block is held to the line rule (`_csv_line_numbers`) before pyarrow
+    parses it, and pyarrow's rows to one per non-blank line after (`_check_row_count`)."""
     columns = list(dict.fromkeys(spec.columns.values()))
-    convert = pacsv.ConvertOptions(
-        include_columns=columns,
-        column_types={name: pa.string() for name in columns},
-        null_values=[""],  # only an empty field is missing: NA, null, None, ... are values (user ids, partitions)
-        strings_can_be_null=True,
-        quoted_strings_can_be_null=False,
-    )
     header = _column_names("csv", chunk.path) or []  # stripped, as the header check reads them
     _require_columns(spec, chunk.path, header)
-    first = 0
-    try:
-        with open_file(chunk.path) as raw:
-            reader = pacsv.open_csv(
-                _text_stream(chunk.path, raw),
-                read_options=pacsv.ReadOptions(block_size=CSV_BLOCK_BYTES, column_names=header, skip_rows=1),
-                convert_options=convert,
-            )
-            for batch in reader:
-                start = first
-                yield to_events(pa.Table.from_batches([batch]), spec.event_columns, chunk.path, lambda i: start + i + 2)
-                first += batch.num_rows
-    except pa.ArrowInvalid as err:
-        raise _locate_csv_error(chunk.path, err, columns) from err
+    options = _csv_options(header, columns)
+    with open_file(chunk.path) as raw:
+        for first, block in _csv_blocks(chunk.path, _text_stream(chunk.path, raw)):
+            lines = _csv_line_numbers(chunk.path, block, first)
+            if not lines.size:
+                continue
+            try:
+                table = pacsv.read_csv(pa.py_buffer(block), **options)
+            except pa.ArrowInvalid as err:
+                raise _locate_csv_error(chunk.path, block, first, err, header, columns) from err
+            _check_row_count(chunk.path, table, lines)
+            yield to_events(table, spec.event_columns, chunk.path, lambda i: int(lines[i]))
+
+
+def _csv_options(header: list[str], columns: list[str]) -> dict:
+    """pyarrow's options for one block of lines: the header's names, the mapped columns as text, the whole block
+    parsed at once (it is no longer than CSV_BLOCK_BYTES), no line break inside quotes."""
+    return {
+        "read_options": pacsv.ReadOptions(column_names=header, block_size=CSV_BLOCK_BYTES),
+        "parse_options": pacsv.ParseOptions(newlines_in_values=False),
+        "convert_options": pacsv.ConvertOptions(
+            include_columns=columns,
+            column_types={name: pa.string() for name in columns},
+            null_values=[""],  # only an empty field is missing: NA, null, None, ... are values (user ids, partitions)
+            strings_can_be_null=True,
+            quoted_strings_can_be_null=False,
+        ),
+    }
+
+
+def _csv_blocks(path: str, stream: pa.NativeFile) -> Iterator[tuple[int, bytes]]:
+    """The lines after the header (line 1) in blocks of whole lines (`_line_blocks`), each with the number of its
+    first line."""
+    blocks = _line_blocks(path, stream)
+    _, head = next(blocks, (1, b""))
+    yield 2, head[head.find(b"\n") + 1 or len(head):]
+    yield from blocks
+
+
+def _line_blocks(path: str, stream: pa.NativeFile) -> Iterator[tuple[int, bytes]]:
+    """The text in blocks of whole lines of at most CSV_BLOCK_BYTES, each with the number of its first line; a
+    block ends with a line feed, the last one maybe with the end of the file. InputError for a longer line."""
+    number, rest = 1, b""
+    while more := stream.read(CSV_BLOCK_BYTES - len(rest)):
+        data = rest + more
+        cut = data.rfind(b"\n") + 1
+        if not cut and len(data) == CSV_BLOCK_BYTES:
+            raise InputError(f"{path}:{number}: a line longer than {CSV_BLOCK_BYTES} bytes (the read block)")
+        if cut:
+            yield number, data[:cut]
+            number += int(np.count_nonzero(np.frombuffer(data, dtype=np.uint8, count=cut) == _LF))
+        rest = data[cut:]
+    if rest:
+        yield number, rest
+
+
+_LF, _CR, _QUOTE, _COMMA = b"\n\r\","
+_FIELD_START = np.zeros(256, dtype=bool)  # what may come before an opening quote: a line start, a comma, or the
+_FIELD_START[[_LF, _COMMA, _QUOTE]] = True  # first quote of a doubled one
+_FIELD_END = np.zeros(256, dtype=bool)  # what may come after a closing quote: a line end, a comma, or the second
+_FIELD_END[[_CR, _LF, _COMMA, _QUOTE]] = True  # quote of a doubled one
+_LONE_RETURN = "a carriage return that does not end its line (lines end in \\n or \\r\\n)"
+_STRAY_QUOTE = "a quote inside a field (a field with quotes must be quoted whole, its quotes doubled)"
+_OPEN_QUOTE = "a quoted field not closed on its line (an unterminated quote, or a line break inside quotes)"
+
+
+def _csv_line_numbers(path: str, block: bytes, first: int) -> np.ndarray:
+    """The numbers of the non-blank lines of `block` (whole lines of a CSV file, the first numbered `first`): the
+    rows pyarrow parses from it, in order, when the block keeps the line rule. InputError naming the first line
+    that breaks it: a carriage return not ending its line (`_lone_return`), a quote out of place
+    (`_misplaced_quote`)."""
+    text = np.frombuffer(block, dtype=np.uint8)
+    ends = np.flatnonzero(text == _LF)
+    position, problem = min(_lone_return(text), _misplaced_quote(text, ends))
+    if position < text.size:
+        raise InputError(f"{path}:{first + int(np.searchsorted(ends, position))}: {problem}")
+    starts = np.concatenate(([0], ends + 1))
+    starts = starts[starts < text.size]  # every line from a start on holds at least one byte
+    filled = (text[starts] != _LF) & (text[starts] != _CR)  # a blank line has nothing before its \n or \r\n
+    return first + np.flatnonzero(filled)
+
+
+def _lone_return(text: np.ndarray) -> tuple[int, str]:
+    """The position of the first carriage return that is not part of a \\r\\n line end (pyarrow and Python's csv
+    module end a line there, so the file's lines would not be its rows), or len(text) when there is none."""
+    returns = np.flatnonzero(text == _CR)
+    lone = returns[text[np.minimum(returns + 1, text.size - 1)] != _LF]  # a \r last in the text is followed by itself
+    return (int(lone[0]) if lone.size else text.size), _LONE_RETURN
+
+
+def _misplaced_quote(text: np.ndarray, ends: np.ndarray) -> tuple[int, str]:
+    """The position of the first quote out of its RFC 4180 place, each line a record of its own, or len(text)
+    when there is none. Quotes pair up in order: the first of a pair opens a quoted field and must start a field
+    (or be the second quote of a doubled one), the second closes it before the line ends (`ends`: the positions
+    of the \\n) and must end the field (or be the first of a doubled quote). Up to the first misplaced quote every
+    line holds whole pairs, so pairing the block's quotes is pairing each line's. One numpy pass over the bytes
+    finds the quotes; the rest works on the quotes and line ends alone."""
+    quotes = np.flatnonzero(text == _QUOTE)
+    if not quotes.size:
+        return text.size, ""
+    openers, closers = quotes[0::2], quotes[1::2]
+    # a quote first (last) in the text is its own neighbour, which _FIELD_START (_FIELD_END) allows
+    stray = np.concatenate((openers[~_FIELD_START[text[np.maximum(openers - 1, 0)]]],
+                            closers[~_FIELD_END[text[np.minimum(closers + 1, text.size - 1)]]]))
+    before = np.searchsorted(quotes, np.append(ends, text.size))  # quotes before each line's end (the last line's
+    unclosed = quotes[before[before % 2 == 1] - 1]  # may be the text's): odd when a quoted field is open there
+    problems = [(int(stray.min()), _STRAY_QUOTE)] if stray.size else []
+    problems += [(int(unclosed[0]), _OPEN_QUOTE)] if unclosed.size else []
+    return min(problems, default=(text.size, ""))
+
+
+def _check_row_count(path: str, table: pa.Table, lines: np.ndarray) -> None:
+    """InputError unless pyarrow parsed one row per non-blank line of the block: the line rule makes it so, and
+    the line numbers of errors and the completeness of the events rest on it."""
+    if table.num_rows != lines.size:
+        raise InputError(f"{path}:{lines[0]}: {table.num_rows} rows parsed from the {lines.size} non-blank lines "
+                         f"from here to line {lines[-1]}")
 
 
 _UNDECODABLE = re.compile("[\udc80-\udcff]")  # bytes that are not UTF-8, as errors="surrogateescape" decodes them
 
 
-def _locate_csv_error(path: str, err: Exception, columns: list[str]) -> InputError:
-    """Find the first line whose field count differs from the header's, or whose field in one of `columns` (the
-    mapped ones, which pyarrow converts) is not UTF-8 (error path only). pyarrow's own message can quote the row
-    ("Expected 3 columns, got 4: <the row>"), so only its kind is passed on (`_csv_problem`)."""
-    with open_file(path) as raw, io.TextIOWrapper(_text_stream(path, raw), encoding="utf-8",
-                                                  errors="surrogateescape", newline="") as handle:
-        reader = csv.reader(handle)
-        header = [name.strip() for name in next(reader, [])]
-        mapped = [(i, name) for i, name in enumerate(header) if name in columns]
-        try:
-            for fields in reader:
-                if not fields:
-                    continue
-                if len(fields) != len(header):
-                    return InputError(f"{path}:{reader.line_num}: expected {len(header)} fields, got {len(fields)}")
-                for i, name in mapped:
-                    if _UNDECODABLE.search(fields[i]):
-                        return InputError(f"{path}:{reader.line_num}: column {name!r}: not UTF-8 text")
-        except csv.Error as bad:  # the csv module's messages name the problem, never the field
-            return InputError(f"{path}:{reader.line_num}: {bad}")
+def _locate_csv_error(path: str, block: bytes, first: int, err: Exception, header: list[str],
+                      columns: list[str]) -> InputError:
+    """Find the first line of `block` (whole lines of a CSV file from line `first` on, one record each: quotes and
+    line ends were checked before pyarrow ran, `_csv_line_numbers`) whose field count differs from the header's,
+    or whose field in one of `columns` (the mapped ones, which pyarrow converts) is not UTF-8 (error path only).
+    pyarrow's own message can quote the row ("Expected 3 columns, got 4: <the row>"), so only its kind is passed
+    on (`_csv_problem`)."""
+    text = io.StringIO(block.decode("utf-8", errors="surrogateescape"), newline="")
+    reader = csv.reader(text)
+    mapped = [(i, name) for i, name in enumerate(header) if name in columns]
+    try:
+        for fields in reader:
+            line = first + reader.line_num - 1
+            if not fields:
+                continue
+            if len(fields) != len(header):
+                return InputError(f"{path}:{line}: expected {len(header)} fields, got {len(fields)}")
+            for i, name in mapped:
+                if _UNDECODABLE.search(fields[i]):
+                    return InputError(f"{path}:{line}: column {name!r}: not UTF-8 text")
+    except csv.Error as bad:  # the csv module's messages name the problem, never the field
+        return InputError(f"{path}:{first + reader.line_num - 1}: {bad}")
     return InputError(f"{path}: cannot read as CSV: {_csv_problem(err)}")
 
 
@@ -368,10 +500,7 @@ def _csv_problem(err: Exception) -> str:
         return f"expected {counted.group(1)} fields, got {counted.group(2)}"
     if "UTF8" in text or "UTF-8" in text:
         return "not UTF-8 text"
-    if "straddl" in text:
-        return f"a row longer than the {CSV_BLOCK_BYTES >> 20} MiB read block"
-    return "malformed CSV (quoting or line breaks)"
-
+    return "malformed CSV"
 
 
 def _read_jsonl(spec: InputSpec, chunk: Chunk) -> Iterator[pa.RecordBatch]:

@@ -247,7 +247,14 @@ CASES = [
          r"events\.csv:38: column 'time': not a number of seconds like most of the column's values "
          r"\(timestamp_format auto\); nothing was debited$",
          files={"events.csv": _events(time=lambda day: str(1356998400 + 86400 * day + 36000)) + "u1,notatime,A\n"}),
+    Case("empty CSV file (0 bytes)", 2, r"events\.csv: the file is empty \(no header line\)$",
+         files={"events.csv": ""}),
     # bad rows among the first ones, which the run reads before asking the ledger (issue 33)
+    Case("an unclosed quote at line 20 (it used to swallow every later row)", 2,
+         r"events\.csv:20: a quoted field not closed on its line \(an unterminated quote, or a line break inside "
+         r"quotes\); nothing was debited$",
+         files={"events.csv": "\n".join(_events().splitlines()[:19] + ['u5,2013-01-02T10:00:00Z,"A']
+                                        + _events().splitlines()[19:]) + "\n"}),
     Case("a bad timestamp in row 38", 2, r"events\.csv:38: column 'time': not an ISO 8601 time; "
          r"nothing was debited$", files={"events.csv": _events() + "u1,2013-13-01,A\n"}),
     Case("a missing user in row 38", 2, r"events\.csv:38: column 'user': missing value; nothing was debited$",
