@@ -109,6 +109,9 @@ class WriteRelease(beam.PTransform):
         self.path, self.fmt, self.columns = path, fmt, columns
 
     def expand(self, rows):
+        if not rows.is_bounded:
+            raise ValueError(f"{self.path}: one file per release collects a bounded release; a stream's windows "
+                             f"are written one by one by `dpstream run`")
         return (
             rows
             | "Unwindow" >> beam.WindowInto(GlobalWindows())
