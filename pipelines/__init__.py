@@ -19,7 +19,7 @@ from typing import Any
 
 _API = {
     "Budget": "dpstream.pipelines.run.budget",
-    "Debit": "dpstream.pipelines.run.budget",
+    "Debit": "dpstream.accounting.ledger.receipts",
     "RunError": "dpstream.pipelines.run.errors",
     "ToEvents": "dpstream.connectors.beam_io",
     "ReadEvents": "dpstream.connectors.beam_io",

@@ -15,22 +15,20 @@ import math
 import os
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from dpstream.accounting.events import Event
 from dpstream.accounting.ledger.periods import PeriodGrid
+from dpstream.accounting.ledger.receipts import Debit
 from dpstream.accounting.text import duration_text, version
 from dpstream.connectors.writers import join, read_rows, write_bytes
 from dpstream.pipelines.config.jobfile import Job
 from dpstream.pipelines.planning import JobPlan
 from dpstream.pipelines.planning.utility import Z975 as Z_95  # two-sided 95% normal quantile of the error bars
 from dpstream.pipelines.transforms.windowing import iso
-
-if TYPE_CHECKING:  # the run package imports this module: a type only, so no import cycle
-    from dpstream.pipelines.run.budget import Debit
 
 REPORT_JSON = "report.json"
 REPORT_MD = "report.md"

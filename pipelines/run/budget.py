@@ -54,14 +54,13 @@ import tempfile
 import time
 import uuid
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import cached_property, lru_cache
 from typing import Any, Iterable, Iterator, Mapping
 
 import apache_beam as beam
 
-from dpstream.accounting.events import Composed, Event
+from dpstream.accounting.events import Composed
 from dpstream.accounting.filters import ApproxDPFilter, EventFilter
 from dpstream.accounting.ledger import (
     DEFAULT_LEASE_SECONDS,
@@ -83,6 +82,7 @@ from dpstream.accounting.ledger import (
     UnknownScopeError,
     resolve_url,
 )
+from dpstream.accounting.ledger.receipts import Admission, Debit
 from dpstream.accounting.ledger.streams import FINISHED
 from dpstream.accounting.ledger.urls import masked_url
 from dpstream.accounting.text import first_line, instant_text
@@ -104,41 +104,6 @@ from dpstream.pipelines.transforms.windowing import iso
 
 MonitorRecords = dict[str, MonitorRecord | None]
 MonitorStates = dict[str, tuple[MonitorRecord, bool]]  # name -> (sealed record after a run, halted)
-
-
-@dataclass(frozen=True)
-class Admission:
-    """A run the ledger admitted (`Budget.admit`): it holds its leases, nothing is debited yet. The run id, its
-    label, the event its publication debits, the periods charged (period scopes) and a note for the log."""
-
-    ledger: str
-    scope: str
-    run_id: int
-    label: str
-    message: str
-    event: Event
-    periods: Periods | None
-    note: str | None
-    ledger_id: str | None = None  # the ledger's own id (`Ledger.ledger_id`): names it whatever URL reached it
-
-
-@dataclass(frozen=True)
-class Debit:
-    """What the ledger debited for a run, or will debit when it publishes (`Budget.preview`; release_id None):
-    where, the run and release ids, its label and events, the scope's public view after it, the periods charged
-    (period scopes) and a note for the log."""
-
-    ledger: str
-    scope: str
-    run_id: int
-    release_id: int | None
-    label: str
-    message: str
-    event: Event
-    scope_after: ScopeView
-    periods: Periods | None
-    note: str | None
-    ledger_id: str | None = None
 
 
 class Budget:

@@ -37,6 +37,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from dpstream.accounting.ledger import DEFAULT_LEASE_SECONDS, FileDigest
+from dpstream.accounting.ledger.receipts import Admission, Debit
 from dpstream.accounting.text import first_line, instant_text
 from dpstream.connectors.errors import InputError
 from dpstream.connectors.files import is_local, join, remove_tree
@@ -48,7 +49,7 @@ from dpstream.pipelines.planning.size import plan_size
 from dpstream.pipelines.report import document as report
 from dpstream.pipelines.run import paid_stream
 from dpstream.pipelines.run import streaming as streaming_io
-from dpstream.pipelines.run.budget import Admission, Budget, Debit
+from dpstream.pipelines.run.budget import Budget
 from dpstream.pipelines.run.errors import EXIT_ERROR, EXIT_INTERNAL, EXIT_OK, EXIT_REFUSED, RunError
 from dpstream.pipelines.run.input_scan import VALIDATE_ROWS, InputScan, empty_range_refusal, scan
 from dpstream.pipelines.run.job_graph import build_pipeline

@@ -15,13 +15,13 @@ from functools import cached_property
 from typing import Any
 
 from dpstream.accounting.ledger import Ledger
+from dpstream.accounting.ledger.receipts import Debit
 from dpstream.connectors.files import join
 from dpstream.connectors.writers import release_path
 from dpstream.pipelines.config.jobfile import Job
 from dpstream.pipelines.planning import JobPlan, plan_job
 from dpstream.pipelines.report import document as report
 from dpstream.pipelines.run import streaming as streaming_io
-from dpstream.pipelines.run.budget import Debit
 from dpstream.pipelines.run.status import stream_steps
 
 

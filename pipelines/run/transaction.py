@@ -14,11 +14,12 @@ import json
 import signal
 import threading
 from contextlib import ExitStack, contextmanager
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, TypeVar
+from typing import Any, Callable, Iterator, Mapping, Protocol, TypeVar
 
 import apache_beam as beam
 
 from dpstream.accounting.ledger import FileDigest, LedgerConflict
+from dpstream.accounting.ledger.receipts import Admission, Debit
 from dpstream.accounting.text import first_line
 from dpstream.connectors.errors import InputError, OutputError
 from dpstream.connectors.files import write_bytes
@@ -27,15 +28,28 @@ from dpstream.pipelines.run.errors import EXIT_ERROR, EXIT_INTERNAL, EXIT_INTERR
 from dpstream.pipelines.run.lease import LeaseKeeper
 from dpstream.pipelines.run.publication import Publication
 
-if TYPE_CHECKING:
-    from dpstream.pipelines.run.budget import Admission, Budget, Debit
+
+class Budget(Protocol):
+    """What the transaction asks of a `pipelines.run.budget.Budget` (named here so the two modules do not import
+    each other)."""
+
+    scope: str
+    lease_seconds: float
+
+    def admit(self, label: str | None = None, output: str | None = None) -> Admission: ...
+    def renew(self, admission: Admission) -> None: ...
+    def sealed_states(self, released: dict[str, set[int]] | None = None) -> Any: ...
+    def preview(self, admission: Admission, states: Any) -> tuple[Debit, str]: ...
+    def commit(self, admission: Admission, states: Any, expect: str | None = None,
+               files: tuple[FileDigest, ...] = ()) -> Debit: ...
+    def abandon(self, admission: Admission, reason: str) -> None: ...
 
 COMMIT_ATTEMPTS = 5
 Report = TypeVar("Report")
 
 
-def run_staged(budget: "Budget", pipeline: beam.Pipeline, publication: Publication, files: Mapping[str, str],
-               label: str | None, log: Callable[[str], Any]) -> "Debit":
+def run_staged(budget: Budget, pipeline: beam.Pipeline, publication: Publication, files: Mapping[str, str],
+               label: str | None, log: Callable[[str], Any]) -> Debit:
     """A library pipeline whose releases all go to `Budget.write` sinks, as one transaction: admit, run into
     staging (the lease renewed meanwhile), commit the debit with a report.json and the staged files journaled,
     publish. Any failure before the commit ends the run unpublished and undebited (RunError)."""
@@ -63,7 +77,7 @@ def run_staged(budget: "Budget", pipeline: beam.Pipeline, publication: Publicati
     return debit
 
 
-def _stage_library_report(preview: "Debit", files: Mapping[str, str], publication: Publication) -> dict[str, Any]:
+def _stage_library_report(preview: Debit, files: Mapping[str, str], publication: Publication) -> dict[str, Any]:
     """report.json of a library run: the debit and the staged release files (what `Publication` reads to tell a
     published run, and to recover one stopped between its debit and its publication)."""
     content = {"job": {"name": "library pipeline", "label": preview.label}, "budget": budget_json(preview),
@@ -72,9 +86,9 @@ def _stage_library_report(preview: "Debit", files: Mapping[str, str], publicatio
     return content
 
 
-def commit_staged(budget: "Budget", admission: "Admission", states, publication: Publication,
-                  files: Mapping[str, str], stage_report: Callable[["Debit"], Report],
-                  ) -> tuple["Debit", Report, tuple[FileDigest, ...]]:
+def commit_staged(budget: Budget, admission: Admission, states, publication: Publication,
+                  files: Mapping[str, str], stage_report: Callable[[Debit], Report],
+                  ) -> tuple[Debit, Report, tuple[FileDigest, ...]]:
     """Stage the report of the debit the ledger previews (`stage_report(preview)`), check that every release in
     `files` (name -> staged path) is staged and the output directory untouched, then commit that very debit with
     the staged files' digests journaled (again, with a fresh report, when another release changed the scope in
@@ -103,7 +117,7 @@ def commit_staged(budget: "Budget", admission: "Admission", states, publication:
                    f"({COMMIT_ATTEMPTS} attempts); nothing was published or debited")
 
 
-def publish_committed(debit: "Debit", journaled: tuple[FileDigest, ...], publication: Publication,
+def publish_committed(debit: Debit, journaled: tuple[FileDigest, ...], publication: Publication,
                       again: str) -> None:
     """Publish a debited run's staging after checking it still holds exactly the journaled files; `again`: how
     the operator runs the job once more (it then publishes them, `Publication._recover`)."""
@@ -116,7 +130,7 @@ def publish_committed(debit: "Debit", journaled: tuple[FileDigest, ...], publica
     publication.publish()
 
 
-def abandon(budget: "Budget", admission: "Admission", reason: str, log: Callable[[str], Any]) -> None:
+def abandon(budget: Budget, admission: Admission, reason: str, log: Callable[[str], Any]) -> None:
     """End the run unpublished (`budget history` says failed, with `reason`); a ledger that cannot be reached
     lets its lease run out instead."""
     try:
