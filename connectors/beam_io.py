@@ -112,9 +112,10 @@ class WriteRelease(beam.PTransform):
         if not rows.is_bounded:
             raise ValueError(f"{self.path}: one file per release collects a bounded release; a stream's windows "
                              f"are written one by one by `dpstream run`")
-        return (
+        (
             rows
             | "Unwindow" >> beam.WindowInto(GlobalWindows())
             | "Collect" >> beam.combiners.ToList()
             | "Write" >> beam.Map(write_rows, self.path, self.fmt, self.columns)
         )
+        return beam.pvalue.PDone(rows.pipeline)  # nothing downstream can read what was written

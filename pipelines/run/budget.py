@@ -94,9 +94,9 @@ from dpstream.pipelines.config.specs import EPSILON_RANGE, ContributionBounds, R
 from dpstream.pipelines.mechanisms.monitor import SparseVectorMonitor
 from dpstream.pipelines.planning import JobPlan, PlanningError, SvtPlan, plan_job
 from dpstream.pipelines.run.errors import EXIT_REFUSED, CommitInDoubt, RunError
-from dpstream.pipelines.run.preflight import COMMITTING_RUNNERS, check_verified_runner
+from dpstream.pipelines.run.preflight import COMMITTING_RUNNERS, check_verified_runner, pin_direct_engine
 from dpstream.pipelines.run.publication import Publication
-from dpstream.pipelines.run.sinks import issued_outputs, unstaged_releases
+from dpstream.pipelines.run.sinks import routes
 from dpstream.pipelines.run.transaction import run_staged
 from dpstream.pipelines.transforms.graph import release_columns, release_graph, release_transform
 from dpstream.pipelines.transforms.svt import STATE, snapshot_path
@@ -160,7 +160,7 @@ class Budget:
         self.overwrite, self.allow_unverified_runner = overwrite, allow_unverified_runner
         self._publication: Publication | None = None
         self._issued: dict[int, str] = {}  # id of a transform `release` gave -> its release
-        self._applied: dict[str, beam.PCollection] = {}  # rows `apply` gave, by release
+        self._applied: dict[str, list[beam.pvalue.PValue]] = {}  # rows each `apply` gave, by release
         self._writes: dict[str, tuple[str, beam.PTransform]] = {}  # release -> (staged file, its `write` transform)
         try:
             self.plan: JobPlan = plan_job(self.releases, bounds, window, epsilon, delta, self.unit_period)
@@ -219,7 +219,8 @@ class Budget:
         for name, state in states.items():
             if state.is_bounded:  # streaming monitors seal a snapshot per window instead (`sealed_states`)
                 state | f"Seal state {name}" >> _WriteState(self._state_path(name))
-        self._applied.update(rows)
+        for name, released in rows.items():
+            self._applied.setdefault(name, []).append(released)
         return rows
 
     # -- lifecycle ---------------------------------------------------------------------------------------
@@ -541,15 +542,22 @@ class Budget:
         stands if it fails (`debit`; a note names the releases)."""
         try:
             check_verified_runner(pipeline.runner, allow_unverified=self.allow_unverified_runner)
-            unstaged = unstaged_releases(pipeline, self._released(pipeline), self._writes)
-            if self._writes and not unstaged:
+            pin_direct_engine(pipeline.options)
+            found = routes(pipeline, self._issued, self._applied, {n: sink for n, (_, sink) in self._writes.items()})
+            if found.written and found.unstaged:
+                raise RunError(f"releases {', '.join(found.written)} go to budget.write and "
+                               f"{', '.join(found.unstaged)} to transforms of your own: write every release with "
+                               f"budget.write (debited only if the pipeline succeeds), or none (debited before it "
+                               f"runs); nothing was debited")
+            if found.written:
                 assert self._publication is not None
                 return run_staged(self, pipeline, self._publication, {n: p for n, (p, _) in self._writes.items()},
                                   label, _tell)
-            _tell(f"note: release{'s' if len(unstaged) > 1 else ''} {', '.join(unstaged)} flow into transforms of "
-                  f"your own, which may publish while the pipeline runs: the scope is debited before it runs, and "
-                  f"a failure keeps the debit (write every release with budget.write(name) for a run that debits "
-                  f"only when it succeeds)")
+            if found.unstaged:
+                _tell(f"note: release{'s' if len(found.unstaged) > 1 else ''} {', '.join(found.unstaged)} go to "
+                      f"transforms of your own, which may publish while the pipeline runs: the scope is debited "
+                      f"before it runs, and a failure keeps the debit (write every release with budget.write(name) "
+                      f"for a run that debits only when it succeeds)")
             debit = self.debit(label)
             try:
                 pipeline.run().wait_until_finish()
@@ -560,14 +568,6 @@ class Budget:
             return debit
         finally:
             self.close()
-
-    def _released(self, pipeline: beam.Pipeline) -> dict[str, list[beam.pvalue.PValue]]:
-        """Release name -> the PCollections of its rows in the built graph (`release` transforms found by identity,
-        plus what `apply` gave)."""
-        found: dict[str, list[beam.pvalue.PValue]] = {name: [rows] for name, rows in self._applied.items()}
-        for name, outputs in issued_outputs(pipeline, self._issued).items():
-            found.setdefault(name, []).extend(outputs)
-        return found
 
     def close(self) -> None:
         """Remove the state directory, if the budget made one, and a staging directory nothing published."""

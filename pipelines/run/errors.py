@@ -10,11 +10,19 @@ EXIT_INTERRUPTED = 130  # Ctrl-C: the run ended unpublished
 
 
 class RunError(Exception):
-    """The run stopped; `exit_code` is one of the EXIT_ codes above."""
+    """The run stopped; `exit_code` is one of the EXIT_ codes above. `ledger_reason`: what the ledger records as
+    the reason the run failed, when the message itself may not go there (it can quote data: an exception raised
+    by code other than dpstream's); None: the message."""
 
-    def __init__(self, message: str, exit_code: int = EXIT_ERROR) -> None:
+    def __init__(self, message: str, exit_code: int = EXIT_ERROR, ledger_reason: str | None = None) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+        self.ledger_reason = ledger_reason
+
+    @property
+    def recorded(self) -> str:
+        """The reason the ledger records."""
+        return self.ledger_reason if self.ledger_reason is not None else str(self)
 
 
 class CommitInDoubt(RunError):

@@ -194,7 +194,7 @@ def run_stream(job: Job, job_budget: Budget, grid: PeriodGrid | None, options: P
         timings["pipeline_s"] = time.perf_counter() - started - timings.get("plan_s", 0.0)
     except Exception as err:
         error = err if isinstance(err, RunError) else pipeline_error(err)
-        job_budget.end_stream(ticket, finished=False, reason=str(error))
+        job_budget.end_stream(ticket, finished=False, reason=error.recorded)
         published = ("windows already written stay published and paid; "
                      + ("windows" if grid is None else "periods") + " not reached were not debited")
         raise RunError(f"{str(error).removesuffix('; nothing was published or debited')}; {published}",

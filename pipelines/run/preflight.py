@@ -13,6 +13,7 @@ from apache_beam.options.pipeline_options import (
     PipelineOptions,
     PortableOptions,
     StandardOptions,
+    StreamingOptions,
     TestOptions,
 )
 
@@ -162,3 +163,17 @@ def check_verified_runner(runner: PipelineRunner, name: str | None = None, allow
 def _verified_paths() -> set[str]:
     """The module paths of VERIFIED_RUNNERS' classes, as Beam knows them (DirectRunner is SwitchingDirectRunner)."""
     return {path for path in StandardOptions.ALL_KNOWN_RUNNERS if path.rsplit(".", 1)[1] in VERIFIED_RUNNERS}
+
+
+def pin_direct_engine(options: PipelineOptions) -> None:
+    """Keep Beam's DirectRunner on the engines verified here. Its SwitchingDirectRunner hands a pipeline to the
+    PrismRunner when it can download Prism's binary (and re-runs it on the BundleBasedDirectRunner when Prism
+    fails), else to the FnApiRunner or the BundleBasedDirectRunner: which engine runs would depend on network
+    access, and Prism is not verified here. Beam skips Prism when `update_compatibility_version` is set; set to
+    this SDK's own version it changes nothing else (no version is prior to it)."""
+    if runner_name(options) in ("DirectRunner", "SwitchingDirectRunner"):
+        streaming = options.view_as(StreamingOptions)
+        if not streaming.update_compatibility_version:
+            from apache_beam.version import __version__
+
+            streaming.update_compatibility_version = __version__

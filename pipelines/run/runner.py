@@ -59,6 +59,7 @@ from dpstream.pipelines.run.preflight import (
     check_job_runner,
     check_memory,
     check_runner,
+    pin_direct_engine,
     runner_name,
 )
 from dpstream.pipelines.run.publication import Publication
@@ -152,6 +153,7 @@ def beam_options(job: Job, beam_args: Sequence[str]) -> PipelineOptions:
         standard.runner = job.beam.runner
     if job.input.format == PUBSUB:
         standard.streaming = True
+    pin_direct_engine(options)
     return options
 
 
@@ -242,7 +244,7 @@ def run(
                                                     started_at, timings, pending, publication, started)
             except Exception as err:
                 error = err if isinstance(err, RunError) else pipeline_error(err)
-                abandon(job_budget, admission, str(error), log)  # the one line the user sees, not the runner's wrapping
+                abandon(job_budget, admission, error.recorded, log)  # never the runner's wrapping, nor data
                 if error is err:
                     raise
                 raise error from err

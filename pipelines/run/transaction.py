@@ -11,6 +11,7 @@ the next one into the same output.
 from __future__ import annotations
 
 import json
+import re
 import signal
 import threading
 from contextlib import ExitStack, contextmanager
@@ -65,7 +66,7 @@ def run_staged(budget: Budget, pipeline: beam.Pipeline, publication: Publication
                                                 lambda preview: _stage_library_report(preview, files, publication))
         except Exception as err:
             error = err if isinstance(err, RunError) else pipeline_error(err)
-            abandon(budget, admission, str(error), log)
+            abandon(budget, admission, error.recorded, log)
             if error is err:
                 raise
             raise error from err
@@ -166,7 +167,14 @@ def pipeline_error(err: Exception) -> RunError:
         return RunError(f"interrupted; {consequence}", EXIT_INTERRUPTED)
     if cause is not None:
         return RunError(f"{cause}; {consequence}")
-    return RunError(f"pipeline failed: {type(err).__name__}: {first_line(err)}; {consequence}", EXIT_INTERNAL)
+    step = _STEP.search(str(err))
+    where = f" in step {step.group(1)!r}" if step else ""
+    return RunError(f"pipeline failed: {type(err).__name__}: {first_line(err)}; {consequence}", EXIT_INTERNAL,
+                    ledger_reason=f"pipeline failed: {type(err).__name__}{where} (its message is not recorded: "
+                                  f"it may quote data); {consequence}")
+
+
+_STEP = re.compile(r"\[while running '([^']*)'\]")
 
 
 def _input_error(err: BaseException) -> InputError | OutputError | None:

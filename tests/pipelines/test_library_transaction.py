@@ -9,6 +9,7 @@ import hashlib
 
 import apache_beam as beam
 import pytest
+from apache_beam.typehints.decorators import TypeCheckError
 
 import dpstream.pipelines as dp
 from dpstream.accounting.ledger import Ledger
@@ -48,9 +49,10 @@ def _pipeline(budget: dp.Budget, fail_at: int | None = None, own_sink: bool = Fa
     events = pipeline | "Events" >> _events(fail_at)
     for name in ("daily", "top"):
         rows = events | f"Release {name}" >> budget.release(name)
-        rows | f"Write {name}" >> budget.write(name, "jsonl")
         if own_sink:
             rows | f"Print {name}" >> beam.Map(lambda row: None)
+        else:
+            rows | f"Write {name}" >> budget.write(name, "jsonl")
     return pipeline
 
 
@@ -91,9 +93,9 @@ def test_rows_that_reach_the_users_own_transforms_are_debited_before_the_run_and
     budget = _budget(url, tmp_path / "out")
     with pytest.raises(dp.RunError, match=r"the debit \(ledger run 1\) stands"):
         budget.run(_pipeline(budget, fail_at=7, own_sink=True))
-    assert "releases daily, top flow into transforms of your own" in capsys.readouterr().err
+    assert "releases daily, top go to transforms of your own" in capsys.readouterr().err
     assert _spent(url) == 1
-    assert not (tmp_path / "out").exists()  # the staged sinks' files are never published without their run
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_release_written_twice_or_without_an_output_is_refused_before_anything_runs(tmp_path):
@@ -128,3 +130,102 @@ def test_a_column_typo_in_to_events_debits_nothing_and_history_says_failed(tmp_p
     with Ledger(url) as ledger:
         (run,) = ledger.runs_of(SCOPE)
     assert "column 'usr'" in run.reason and not (tmp_path / "out").exists()
+
+
+def _release_twice(budget: dp.Budget, events) -> None:
+    for label in ("first", "second"):  # two applications: two noise draws, one debit
+        events | f"Daily {label}" >> budget.release("daily") | f"Show {label}" >> beam.Map(lambda row: None)
+
+
+def _label_prefix(budget: dp.Budget, events) -> None:
+    for name in ("daily", "top"):
+        rows = events | f"Release {name}" >> budget.release(name)
+        rows | f"Write {name}" >> budget.write(name)
+    rows | "Write top/leak" >> beam.Map(lambda row: None)  # a user step whose label looks inside the sink
+
+
+def _other_data(budget: dp.Budget, events) -> None:
+    events | "Raw" >> budget.write("daily")  # the raw events under a release's name
+    events | "Release top" >> budget.release("top") | "Write top" >> budget.write("top")
+
+
+def _sink_reused(budget: dp.Budget, events) -> None:
+    sink = budget.write("daily")
+    for name in ("daily", "top"):
+        events | f"Release {name}" >> budget.release(name) | f"Write {name}" >> sink
+
+
+@pytest.mark.parametrize("build, message", [
+    (_release_twice, r"release 'daily' is applied 2 times in the pipeline; .*nothing was debited"),
+    (_label_prefix, r"releases daily, top go to budget.write and top to transforms of your own: .*nothing was debited"),
+    (_other_data, r"budget.write\('daily'\) must be applied to the rows of budget.release\('daily'\)"),
+    (_sink_reused, r"budget.write\('daily'\) is applied 2 times"),
+], ids=["release applied twice", "a user step labelled inside a sink", "raw data written", "a sink reused"])
+def test_graphs_that_could_publish_unpaid_or_doubly_noised_rows_are_refused_before_anything_runs(tmp_path, build,
+                                                                                                   message):
+    """Review of issue 33 (privacy): each of these used to take the debit-after path, or publish twice the noise
+    for one debit, or publish other data under a release's name. Now refused with no ledger run at all."""
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    _scope(url)
+    budget = _budget(url, tmp_path / "out")
+    pipeline = beam.Pipeline()
+    build(budget, pipeline | "Events" >> _events())
+    with pytest.raises(dp.RunError, match=message):
+        budget.run(pipeline)
+    assert _runs(url) == [] and not (tmp_path / "out").exists()
+
+
+def test_a_sink_s_output_cannot_be_read():
+    budget = _budget("sqlite:///unused.db", "/tmp/dpstream-unused-out")
+    try:
+        pipeline = beam.Pipeline()
+        rows = pipeline | "Events" >> _events() | budget.release("daily")
+        with pytest.raises(TypeCheckError, match="produces no PCollections"):
+            rows | budget.write("daily") | beam.Map(lambda count: count)
+    finally:
+        budget.close()
+
+
+def test_a_sink_inside_the_users_own_composite_is_still_a_sink(tmp_path):
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    _scope(url)
+    budget = _budget(url, tmp_path / "out")
+
+    class Publish(beam.PTransform):  # a user's composite wrapping the budget's sink (a common Beam style)
+        def __init__(self, name):
+            super().__init__()
+            self.name = name
+
+        def expand(self, rows):
+            return rows | budget.write(self.name)
+
+    pipeline = beam.Pipeline()
+    events = pipeline | "Events" >> _events()
+    for name in ("daily", "top"):
+        events | f"Release {name}" >> budget.release(name) | f"Publish {name}" >> Publish(name)
+    budget.run(pipeline)
+    assert _runs(url) == [("published", True)]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["daily.parquet", "report.json", "top.parquet"]
+
+
+def test_the_ledger_records_a_failing_dofns_exception_type_and_step_never_its_message(tmp_path):
+    """Review of issue 33 (privacy): a user's exception can quote a row; the ledger's views are public."""
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    _scope(url)
+    budget = _budget(url, tmp_path / "out")
+    pipeline = beam.Pipeline()
+
+    def enrich(row):
+        raise KeyError(f"{row['user']}@example.com")
+
+    events = (pipeline | beam.Create([{"user": "alice", "time": "2013-01-01T10:00:00Z", "dest": "a"}])
+              | "Enrich" >> beam.Map(enrich) | dp.ToEvents(user="user", timestamp="time", partition="dest"))
+    for name in ("daily", "top"):
+        events | f"Release {name}" >> budget.release(name) | f"Write {name}" >> budget.write(name)
+    with pytest.raises(dp.RunError, match="alice@example.com") as caught:
+        budget.run(pipeline)
+    assert caught.value.exit_code == 5
+    with Ledger(url) as ledger:
+        (run,) = ledger.runs_of(SCOPE)
+    assert "alice" not in run.reason
+    assert run.reason.startswith("pipeline failed: KeyError in step 'Enrich' (its message is not recorded")
