@@ -148,3 +148,22 @@ def test_validate_checks_the_job_s_runner(tmp_path, capsys, stub_runner, beam, c
     elif code == 2:
         assert err.startswith(f"dpstream validate: runner {STUB_RUNNER} is not verified") and "opt in with" in err
     assert _runs_and_debits(tmp_path) == ([], [])
+
+
+def test_the_direct_runner_is_kept_off_the_prism_engine():
+    """Review of issue 33: Beam's SwitchingDirectRunner hands a pipeline to the PrismRunner (not verified here)
+    whenever it can download it; a pinned update_compatibility_version is Beam's own condition for skipping it."""
+    from apache_beam.options.pipeline_options import PipelineOptions, StreamingOptions
+    from apache_beam.version import __version__
+
+    from dpstream.pipelines.run.preflight import pin_direct_engine
+
+    for runner in (None, "DirectRunner", "SwitchingDirectRunner"):
+        options = PipelineOptions([] if runner is None else [f"--runner={runner}"])
+        pin_direct_engine(options)
+        assert options.view_as(StreamingOptions).update_compatibility_version == __version__
+    for args in (["--runner=DataflowRunner"], ["--update_compatibility_version=2.60.0"]):
+        options = PipelineOptions(args)
+        pin_direct_engine(options)
+        expected = "2.60.0" if "2.60.0" in args[0] else None
+        assert options.view_as(StreamingOptions).update_compatibility_version == expected
