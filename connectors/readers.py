@@ -20,15 +20,21 @@ CSV is read strictly, so that no row is merged into another or lost unseen:
 each non-blank line of a CSV file is one row, and a file that breaks this line
 rule is refused, naming the first line that does. Lines end in \\n or \\r\\n (a
 carriage return anywhere else is refused) and a blank line (nothing before its
-line end) is skipped. Quotes follow RFC 4180 within the line: a field holding a
-quote is quoted whole, with its quotes doubled, and a quoted field ends on the
-line it starts on, as no event column can hold a line break. So an unterminated
-quote, a line break inside quotes, a quote inside an unquoted field and text
-after a closing quote are all refused. The rule is checked with numpy on each
-block of lines (CSV_BLOCK_BYTES) before pyarrow parses it, and pyarrow's row
-count against the block's non-blank lines after, which also gives each row
-the line number its errors name. Line 1 is the header: `check_input` refuses
-an empty (or blank) file; a file holding only a header has no events.
+line end) is skipped. A quote is special only where pyarrow and Python's csv
+module both take it to be: one that starts a field (first on its line, or right
+after a comma) opens a quoted field, in which quotes are doubled, and which a
+lone quote closes on the same line (no event column can hold a line break),
+followed by a comma or the line end. A quote anywhere else is a character of an
+unquoted field, as both parsers read it (`O"Brien`, `5'10"`, `b""c` and ` "x"`,
+a space before the quote, are read as written). So an unterminated quote, a
+line break inside quotes and text after a closing quote (`"a"b`: the csv module
+refuses it, pyarrow reads `ab`) are refused, and a line passes exactly when the
+strict csv module reads it, on its own, as one record. The rule is checked with
+numpy on each block of lines (CSV_BLOCK_BYTES) before pyarrow parses it, and
+pyarrow's row count against the block's non-blank lines after, which also
+gives each row the line number its errors name. Line 1 is the header:
+`check_input` refuses an empty (or blank) file; a file holding only a header
+has no events.
 
 Files are listed and read only through Apache Beam's `FileSystems` (`match`,
 `open`), so `input.path` may be a local path or a URL of any scheme the Beam
@@ -402,20 +408,17 @@ def _line_blocks(path: str, stream: pa.NativeFile) -> Iterator[tuple[int, bytes]
 
 
 _LF, _CR, _QUOTE, _COMMA = b"\n\r\","
-_FIELD_START = np.zeros(256, dtype=bool)  # what may come before an opening quote: a line start, a comma, or the
-_FIELD_START[[_LF, _COMMA, _QUOTE]] = True  # first quote of a doubled one
-_FIELD_END = np.zeros(256, dtype=bool)  # what may come after a closing quote: a line end, a comma, or the second
-_FIELD_END[[_CR, _LF, _COMMA, _QUOTE]] = True  # quote of a doubled one
 _LONE_RETURN = "a carriage return that does not end its line (lines end in \\n or \\r\\n)"
-_STRAY_QUOTE = "a quote inside a field (a field with quotes must be quoted whole, its quotes doubled)"
+_AFTER_CLOSE = ("text after a closing quote (a field that starts with a quote is quoted whole: its quotes doubled, "
+                "a comma or the line end after the closing one)")
 _OPEN_QUOTE = "a quoted field not closed on its line (an unterminated quote, or a line break inside quotes)"
 
 
 def _csv_line_numbers(path: str, block: bytes, first: int) -> np.ndarray:
     """The numbers of the non-blank lines of `block` (whole lines of a CSV file, the first numbered `first`): the
     rows pyarrow parses from it, in order, when the block keeps the line rule. InputError naming the first line
-    that breaks it: a carriage return not ending its line (`_lone_return`), a quote out of place
-    (`_misplaced_quote`)."""
+    that breaks it: a carriage return not ending its line (`_lone_return`), a quoted field not closed on its line
+    or followed by text (`_misplaced_quote`)."""
     text = np.frombuffer(block, dtype=np.uint8)
     ends = np.flatnonzero(text == _LF)
     position, problem = min(_lone_return(text), _misplaced_quote(text, ends))
@@ -436,23 +439,47 @@ def _lone_return(text: np.ndarray) -> tuple[int, str]:
 
 
 def _misplaced_quote(text: np.ndarray, ends: np.ndarray) -> tuple[int, str]:
-    """The position of the first quote out of its RFC 4180 place, each line a record of its own, or len(text)
-    when there is none. Quotes pair up in order: the first of a pair opens a quoted field and must start a field
-    (or be the second quote of a doubled one), the second closes it before the line ends (`ends`: the positions
-    of the \\n) and must end the field (or be the first of a doubled quote). Up to the first misplaced quote every
-    line holds whole pairs, so pairing the block's quotes is pairing each line's. One numpy pass over the bytes
-    finds the quotes; the rest works on the quotes and line ends alone."""
-    quotes = np.flatnonzero(text == _QUOTE)
+    """The position of the first quote that breaks the quote rule, each line a record of its own, or len(text)
+    when there is none. A quote that starts a field (first in the text or after a \\n or a comma) opens a quoted
+    field, in which quotes are doubled and which a lone quote closes; the closing quote must be followed by a
+    comma or the line end (`ends`: the positions of the \\n), on its line. Any other quote is a character of an
+    unquoted field, as pyarrow and Python's csv module both read it.
+
+    One numpy pass over the bytes finds the quotes; the rest works on runs of adjacent quotes. A run keeps the
+    state (a quoted field open or not) when it is even: doubled quotes inside a quoted field, characters of an
+    unquoted one, or a quoted field opened and closed at a field start. An odd run at a field start flips it (it
+    opens a field, or closes one open since before the comma), an odd run elsewhere resets it to closed (it
+    closes an open field, or is characters of an unquoted one). So the state before a run is the parity of the
+    flips since the last reset; line ends need no reset, since up to the first line that breaks the rule every
+    line ends with no field open. A run ends a quoted field when it is odd inside one or even at a field start
+    outside one, and must then be followed by a comma or a line end; no field may be open after the last run
+    before a line end."""
+    quotes = np.flatnonzero(text == _QUOTE).astype(np.int32)  # a block is shorter than 2**31 bytes
     if not quotes.size:
         return text.size, ""
-    openers, closers = quotes[0::2], quotes[1::2]
-    # a quote first (last) in the text is its own neighbour, which _FIELD_START (_FIELD_END) allows
-    stray = np.concatenate((openers[~_FIELD_START[text[np.maximum(openers - 1, 0)]]],
-                            closers[~_FIELD_END[text[np.minimum(closers + 1, text.size - 1)]]]))
-    before = np.searchsorted(quotes, np.append(ends, text.size))  # quotes before each line's end (the last line's
-    unclosed = quotes[before[before % 2 == 1] - 1]  # may be the text's): odd when a quoted field is open there
-    problems = [(int(stray.min()), _STRAY_QUOTE)] if stray.size else []
-    problems += [(int(unclosed[0]), _OPEN_QUOTE)] if unclosed.size else []
+    breaks = np.flatnonzero(np.diff(quotes) != 1)  # the last quote of each run but the last run
+    first = np.empty(breaks.size + 1, dtype=np.int32)
+    last = np.empty(breaks.size + 1, dtype=np.int32)
+    first[0], first[1:], last[:-1], last[-1] = quotes[0], quotes[breaks + 1], quotes[breaks], quotes[-1]
+    odd = (last - first) & 1 == 0
+    before = text[first - 1]  # for a quote first in the text, its last byte: overruled below
+    at_start = (before == _COMMA) | (before == _LF)
+    at_start[0] |= first[0] == 0
+    after = text[np.minimum(last + 1, text.size - 1)]  # for a quote last in the text, itself: overruled below
+    at_end = (after == _COMMA) | (after == _LF) | (after == _CR)
+    at_end[-1] |= last[-1] == text.size - 1
+    flips = at_start & odd
+    flipped = np.cumsum(flips, dtype=np.int32) - flips  # flips before each run
+    reset = np.empty(first.size, dtype=bool)
+    reset[0] = True
+    np.greater(odd[:-1], at_start[:-1], out=reset[1:])  # the run before was odd and not at a field start
+    inside = (flipped - np.maximum.accumulate(np.where(reset, flipped, 0))) & 1 == 1  # a field is open before it
+    unended = ~at_end & np.where(inside, odd, at_start > odd)  # ends a quoted field, then no comma or line end
+    problems = [(int(first[np.argmax(unended)]), _AFTER_CLOSE)] if unended.any() else []
+    line_last = np.searchsorted(first, np.append(ends, text.size)) - 1  # the last run before each line end
+    line_last = line_last[line_last >= 0]
+    left_open = np.where(inside[line_last], ~odd[line_last], flips[line_last])
+    problems += [(int(first[line_last[np.argmax(left_open)]]), _OPEN_QUOTE)] if left_open.any() else []
     return min(problems, default=(text.size, ""))
 
 
