@@ -70,6 +70,7 @@ from dpstream.pipelines.run.transaction import (
     pipeline_error,
     publish_committed,
 )
+from dpstream.pipelines.transforms.graph import release_columns
 from dpstream.pipelines.transforms.input_range import counts_of
 
 STAGES = ("checking the job, its input and its runner", "asking the ledger to admit the run",
@@ -291,7 +292,8 @@ def _compute(job: Job, job_budget: Budget, pipeline: beam.Pipeline, files: dict[
 
     stream = streaming_io.run_until_released(pipeline, parts, expected, max_seconds, on_window)
     for name, directory in parts.items():
-        streaming_io.merge_parts(directory, stream.released[name], files[name], job.output.format)
+        streaming_io.merge_parts(directory, stream.released[name], files[name], job.output.format,
+                                 release_columns(job_budget.plan[name]))
     remove_tree(join(publication.staging, streaming_io.PARTS_DIR))
     return stream.pending(), stream.released
 

@@ -23,6 +23,7 @@ from dpstream.pipelines.planning import JobPlan, plan_job
 from dpstream.pipelines.report import document as report
 from dpstream.pipelines.run import streaming as streaming_io
 from dpstream.pipelines.run.status import stream_steps
+from dpstream.pipelines.transforms.graph import release_columns
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,8 @@ class StreamReport:
         decided = self.decided()
         for spec in self.job.releases:
             streaming_io.merge_parts(join(self.output_dir, streaming_io.PARTS_DIR, spec.name), decided[spec.name],
-                                     self.files[spec.name], self.job.output.format)
+                                     self.files[spec.name], self.job.output.format,
+                                     release_columns(self.plan[spec.name]))
         with Ledger(self.ledger) as ledger:
             record = ledger.stream(self.stream_id)
             after, display, ledger_id = ledger.show(self.job.privacy.scope), ledger.display_url, ledger.ledger_id

@@ -210,15 +210,15 @@ def released(directory: str) -> set[int]:
     return set(parts(directory))
 
 
-def merge_parts(directory: str, indices: set[int], path: str, fmt: str) -> int:
+def merge_parts(directory: str, indices: set[int], path: str, fmt: str, columns: tuple[str, ...] = ()) -> int:
     """Write the rows of the given parts to one release file (sorted, as a batch run writes it; refused windows
-    have no rows); returns the rows."""
+    have no rows; `columns`: the header when there are none); returns the rows."""
     rows: list[dict] = []
     published = {index for index, has_rows in parts(directory).items() if has_rows}
     for index in sorted(indices & published):
         text = read_bytes(part_path(directory, index)).decode("utf-8")
         rows.extend(json.loads(line) for line in text.splitlines() if line)
-    return write_rows(rows, path, fmt)
+    return write_rows(rows, path, fmt, columns)
 
 
 @dataclass(frozen=True)

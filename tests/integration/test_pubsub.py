@@ -32,7 +32,7 @@ from dpstream.pipelines.run import runner
 from tests.integration.conftest import PROJECT
 from tests.integration.jobs import iso, job_text
 
-LEAD_S = 10  # from publishing to the first window's start: covers pipeline start-up on a loaded machine
+LEAD_S = 20  # publishing to the first window's start: start-up on a loaded machine, plus READER_START_S
 WINDOW_S = 4
 USERS = 12
 BOUND_S = 60  # max_seconds of the complete run: a safety bound, far above the ~20 s it needs

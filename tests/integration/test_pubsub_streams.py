@@ -101,7 +101,7 @@ def test_an_open_ended_stream_pays_each_period_when_its_first_window_is_released
     window_s, period_s, windows = 2, 4, 24  # events for twelve periods of two windows; the job has no end
     topic, subscription = _topic_and_subscription(emulator, "paid")
     ledger = _ledger(tmp_path, period_s)
-    start = _on_grid(period_s, 3 * LEAD_S)  # the open-ended range's 5,000 windows take the DirectRunner 10-25 s
+    start = _on_grid(period_s, 30 + LEAD_S)  # the open-ended range's 5,000 windows take the DirectRunner 10-25 s
     _publish(emulator[0], topic, _events(start, window_s, range(windows)))
     job = _job(start, windows, window_s, period_s, 0, pubsub_input(subscription), "out")
     (tmp_path / "job.toml").write_text("\n".join(line for line in job.splitlines() if not line.startswith("end =")))
