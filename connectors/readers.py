@@ -34,7 +34,18 @@ numpy on each block of lines (CSV_BLOCK_BYTES) before pyarrow parses it, and
 pyarrow's row count against the block's non-blank lines after, which also
 gives each row the line number its errors name. Line 1 is the header:
 `check_input` refuses an empty (or blank) file; a file holding only a header
-has no events.
+has no events. A UTF-8 byte-order mark at the start of a CSV or JSONL file is
+skipped; anywhere else it is a character of its field (CSV, as the csv module
+reads it, though pyarrow would drop one that starts a block) or refused
+(JSONL: not valid JSON).
+
+JSONL holds one JSON object per non-blank line (blank: JSON whitespace only).
+pyarrow also reads an object spread over several lines or several objects on
+one line; its row count is held to the non-blank lines, and a file that breaks
+the rule is refused naming the first line that is not one whole object, so
+every error names the right line. Ids that pyarrow reads as floats (a column
+mixing integers and numbers with a point or exponent) are refused from 2^53 in
+magnitude on, where two ids could round to one float.
 
 Files are listed and read only through Apache Beam's `FileSystems` (`match`,
 `open`), so `input.path` may be a local path or a URL of any scheme the Beam
@@ -48,7 +59,8 @@ shell, a wildcard does not match a name starting with a dot; on a local disk
 Beam walks the tree under the pattern's fixed directory and does not follow
 symbolic links to directories below it. Parquet is read from a seekable
 stream (footer, then the row group's column chunks); CSV and JSONL files named
-.gz, .bz2, .lz4 or .zst are decompressed, as pyarrow does for local paths.
+.gz, .bz2, .lz4 or .zst are decompressed, as pyarrow does for local paths; a
+truncated or corrupt stream is refused naming the file.
 Beam is imported when the first file is listed or read, not when this module is.
 """
 from __future__ import annotations
@@ -233,26 +245,35 @@ def _is_blank(path: str) -> bool:
     """Whether the file's text is nothing but whitespace (in its first HEADER_BYTES: a header check reads no
     more)."""
     with open_file(path) as raw:
-        return not _text_stream(path, raw).read(HEADER_BYTES).strip()
+        return not _without_bom(_text_stream(path, raw).read(HEADER_BYTES)).strip()
 
 
 def _first_line(path: str, skip_blank: bool) -> bytes:
     """The file's first (non-blank, when skip_blank) line of text, reading blocks until it is complete and at
-    most HEADER_BYTES in all."""
+    most HEADER_BYTES in all; a byte-order mark at the start of the file is not part of it (`_without_bom`)."""
     data = b""
     with open_file(path) as raw:
         stream = _text_stream(path, raw)  # compressed streams have no readline
         while len(data) < HEADER_BYTES:
             block = stream.read(min(_HEADER_BLOCK, HEADER_BYTES - len(data)))
             data += block
-            complete = data.split(b"\n")[:-1]
+            complete = _without_bom(data).split(b"\n")[:-1]
             if not block or (any(line.strip() for line in complete) if skip_blank else complete):
                 break
-    lines = data.split(b"\n")
+    lines = _without_bom(data).split(b"\n")
     chosen = next((line for line in lines if line.strip()), b"") if skip_blank else lines[0]
     if chosen is lines[-1] and len(data) == HEADER_BYTES:
         raise InputError(f"{path}: the first line is longer than {HEADER_BYTES} bytes")
     return chosen.rstrip(b"\r")
+
+
+_BOM = b"\xef\xbb\xbf"  # UTF-8's byte-order mark
+
+
+def _without_bom(text: bytes) -> bytes:
+    """`text` (the start of a file) without a leading UTF-8 byte-order mark, which editors and spreadsheet exports
+    write and pyarrow and `check_input` skip: only there is it not a character of the data."""
+    return text[len(_BOM):] if text.startswith(_BOM) else text
 
 
 def list_chunks(spec: InputSpec) -> list[Chunk]:
@@ -308,11 +329,30 @@ def _seekable(raw) -> pa.NativeFile:
 _CODECS = {".bz2": "bz2", ".gz": "gzip", ".lz4": "lz4", ".zst": "zstd"}  # what pyarrow detects on a local path
 
 
-def _text_stream(path: str, raw) -> pa.NativeFile:
+def _text_stream(path: str, raw) -> pa.NativeFile | _Decompressed:
     """A CSV or JSONL file's text bytes, decompressed when its name ends in a compression extension."""
     stream = pa.PythonFile(raw, mode="r")
     codec = next((codec for ext, codec in _CODECS.items() if path.endswith(ext)), None)
-    return pa.CompressedInputStream(stream, codec) if codec else stream
+    return _Decompressed(path, pa.CompressedInputStream(stream, codec), codec) if codec else stream
+
+
+_DECOMPRESSION_FAILED = re.compile(r"truncated compressed stream|decompress|inflate", re.IGNORECASE)
+
+
+class _Decompressed:
+    """A compressed file's text: `read` as pyarrow's stream reads it, a truncated or corrupt stream an InputError
+    naming the file (pyarrow raises a bare OSError that names neither the file nor its format)."""
+
+    def __init__(self, path: str, stream: pa.NativeFile, codec: str) -> None:
+        self._path, self._stream, self._codec = path, stream, codec
+
+    def read(self, size: int | None = None) -> bytes:
+        try:
+            return self._stream.read(size)
+        except OSError as err:
+            if not _DECOMPRESSION_FAILED.search(str(err)):
+                raise  # not the codec's: the file could not be read (the filesystem's own error)
+            raise InputError(f"{self._path}: cannot decompress: truncated or corrupt {self._codec} stream") from err
 
 
 def _read_text(path: str) -> bytes:
@@ -358,11 +398,19 @@ def _read_csv(spec: InputSpec, chunk: Chunk) -> Iterator[pa.RecordBatch]:
             if not lines.size:
                 continue
             try:
-                table = pacsv.read_csv(pa.py_buffer(block), **options)
+                table = pacsv.read_csv(pa.py_buffer(_keep_bom(block)), **options)
             except pa.ArrowInvalid as err:
                 raise _locate_csv_error(chunk.path, block, first, err, header, columns) from err
             _check_row_count(chunk.path, table, lines)
             yield to_events(table, spec.event_columns, chunk.path, lambda i: int(lines[i]))
+
+
+def _keep_bom(block: bytes) -> bytes:
+    """`block` as pyarrow must parse it to keep a byte-order mark that starts it: pyarrow skips one at the start of
+    any buffer, but within the file (a block starts at a line after the header) it is a character of the field, as
+    Python's csv module reads it, and dropping it could make two keys one. A blank line before it (which pyarrow
+    skips) keeps it; the copy is made only for such a block."""
+    return b"\n" + block if block.startswith(_BOM) else block
 
 
 def _csv_options(header: list[str], columns: list[str]) -> dict:
@@ -531,8 +579,11 @@ def _csv_problem(err: Exception) -> str:
 
 
 def _read_jsonl(spec: InputSpec, chunk: Chunk) -> Iterator[pa.RecordBatch]:
+    """One object per non-blank line: pyarrow parses the file, and its row count is held to the non-blank lines
+    (`_jsonl_line_numbers`), since it also reads an object spread over several lines, or several on one, which
+    would put every later error on the wrong line."""
     data = _read_text(chunk.path)  # read once: pyarrow parses it, line numbers and error paths look at it again
-    if not data.strip():
+    if not _without_bom(data).strip(_JSON_SPACE):
         return  # no records: no events
     try:
         table = pajson.read_json(pa.BufferReader(data))
@@ -540,25 +591,32 @@ def _read_jsonl(spec: InputSpec, chunk: Chunk) -> Iterator[pa.RecordBatch]:
         if "changed from" not in str(err):
             raise _locate_json_error(chunk.path, data, err) from err
         table = _read_jsonl_mixed(chunk.path, data, spec)
+    lines = _jsonl_line_numbers(data)
+    if table.num_rows != lines.size:
+        raise _locate_json_error(chunk.path, data, None, table.num_rows, lines)
     missing = [column for column in spec.columns.values() if column not in table.column_names]
     if missing:
         raise InputError(f"{chunk.path}:1: column {missing[0]!r}: missing key (in every line of the file)")
-    lines = _jsonl_line_numbers(data) if table.num_rows else np.zeros(0, dtype=np.int64)
     yield to_events(table, spec.event_columns, chunk.path, lambda i: int(lines[i]))
 
 
+_JSON_SPACE = b" \t\n\r"  # JSON's whitespace: what pyarrow skips between records (not \x0b or \x0c)
 _BLANK = np.zeros(256, dtype=bool)
-_BLANK[list(b" \t\n\r\x0b\x0c")] = True  # what bytes.strip() removes
+_BLANK[list(_JSON_SPACE)] = True
 
 
 def _jsonl_line_numbers(data: bytes) -> np.ndarray:
-    """1-based numbers of the lines (ended by \\n) that are not blank (pyarrow skips blank lines)."""
+    """1-based numbers of the lines (ended by \\n) that are not blank (pyarrow skips blank lines, and a byte-order
+    mark at the start of the file)."""
     text = np.frombuffer(data, dtype=np.uint8)
     starts = np.concatenate(([0], np.flatnonzero(text == ord("\n")) + 1))
     starts = starts[starts < text.size]  # every line from a start on holds at least one byte
     if not starts.size:
         return np.zeros(0, dtype=np.int64)
-    filled = np.logical_or.reduceat(~_BLANK[text], starts)
+    printed = ~_BLANK[text]
+    if data.startswith(_BOM):
+        printed[:len(_BOM)] = False
+    filled = np.logical_or.reduceat(printed, starts)
     return (np.flatnonzero(filled) + 1).astype(np.int64)
 
 
@@ -580,10 +638,12 @@ def _read_jsonl_mixed(path: str, data: bytes, spec: InputSpec) -> pa.Table:
 
 
 def _json_objects(path: str, data: bytes) -> Iterator[dict]:
-    """The JSON object on each non-blank line; the first bad line raises InputError naming file and line."""
-    with io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="replace") as handle:
+    """The JSON object on each non-blank line (lines end in \\n, as `_jsonl_line_numbers` counts them; a
+    byte-order mark at the start of the file is skipped); the first bad line raises InputError naming file and
+    line."""
+    with io.TextIOWrapper(io.BytesIO(_without_bom(data)), encoding="utf-8", errors="replace", newline="\n") as handle:
         for number, line in enumerate(handle, 1):
-            if not line.strip():
+            if not line.strip(_JSON_SPACE.decode()):
                 continue
             try:
                 record = json.loads(line)
@@ -594,14 +654,19 @@ def _json_objects(path: str, data: bytes) -> Iterator[dict]:
             yield record
 
 
-def _locate_json_error(path: str, data: bytes, err: Exception) -> InputError:
-    """Find the first line that pyarrow refused, reading line by line (error path only)."""
+def _locate_json_error(path: str, data: bytes, err: Exception | None, rows: int = 0,
+                       lines: np.ndarray | None = None) -> InputError:
+    """Find the first line that pyarrow refused (`err`), or that is not one whole JSON object when pyarrow read
+    `rows` records from the non-blank `lines`, reading line by line (error path only)."""
     try:
         for _ in _json_objects(path, data):
             pass
     except InputError as located:
         return located
-    return InputError(f"{path}: cannot read as JSON lines: {_json_problem(err)}")
+    if err is None and lines is not None and lines.size:
+        return InputError(f"{path}:{lines[0]}: {rows} records parsed from the {lines.size} non-blank lines from here "
+                          f"to line {lines[-1]} (one JSON object per line)")
+    return InputError(f"{path}: cannot read as JSON lines: {_json_problem(err) if err else 'malformed JSON'}")
 
 
 def _json_problem(err: Exception) -> str:
@@ -637,14 +702,22 @@ def to_events(table: pa.Table, spec: EventColumns, path: str, row_of) -> pa.Reco
     )
 
 
+_EXACT_FLOAT = 2.0**53  # float64 holds every integer below it in magnitude, and not every one from it on
+
+
 def _keys(values: pa.Array) -> pa.Array:
     if values.null_count:
         raise RowError(int(np.flatnonzero(pc.is_null(values).to_numpy(zero_copy_only=False))[0]), "missing value")
     if pa.types.is_floating(values.type):
         numbers = values.to_numpy(zero_copy_only=False)
-        whole = (numbers == np.floor(numbers)) & (np.abs(numbers) < 2.0**63)  # a whole number an int64 holds
-        if not whole.all():
-            index = int(np.flatnonzero(~whole)[0])
+        # a whole number below 2^53 in magnitude: every such integer has a float of its own, so no two ids merge
+        # (JSON ids read as floats when the column also holds a number written with a point or exponent)
+        exact = (numbers == np.floor(numbers)) & (np.abs(numbers) < _EXACT_FLOAT)
+        if not exact.all():
+            index = int(np.flatnonzero(~exact)[0])
+            if np.isfinite(numbers[index]) and abs(numbers[index]) >= _EXACT_FLOAT:
+                raise RowError(index, "not a key that can be read exactly: a number of 2^53 or more in magnitude in "
+                                      "a column of floating-point numbers (write ids as strings)")
             raise RowError(index, "not a key: a number that is not a whole number within int64 (keys are strings or "
                                   "integers)")
         values = values.cast(pa.int64())
