@@ -269,7 +269,7 @@ def _fraction_micros(numbers: np.ndarray, unit: int) -> np.ndarray:
 def _unit_problem(unit: str, band: int, auto: bool) -> str:
     """The message for a value of `band` under `unit`: one line, without the value."""
     if band == _NOT_FINITE:
-        return f"not a finite number (timestamp_format {unit})"
+        return f"not a finite number (text that is no number, NaN or infinity; timestamp_format {unit})"
     if band == _OUT_OF_RANGE:
         return (f"a number out of range for timestamp_format {unit} (2^63 or more in magnitude: no time in seconds, "
                 f"milliseconds, microseconds or nanoseconds)")

@@ -156,7 +156,7 @@ RAW_VALUE_CASES = [
     ("epoch seconds under iso8601", "csv", f"u,t,p,v\n{GOOD}b,1260759144,x,1\n", {"timestamp_format": "iso8601"},
      r"3: column 't': not an ISO 8601 time$", "1260759144"),
     ("epoch time not a number", "csv", f"u,t,p,v\nb,{SECRET},x,1\n", {"timestamp_format": "epoch_s"},
-     r"2: column 't': not a finite number \(timestamp_format epoch_s\)$", SECRET),
+     r"2: column 't': not a finite number \(text that is no number, NaN or infinity; timestamp_format epoch_s\)$", SECRET),
     ("epoch time out of range", "jsonl", '{"u": "b", "t": 1.2345678e300, "p": "x", "v": 1}\n', {},
      r"1: column 't': a number out of range for timestamp_format epoch_s", "2345678"),
     ("local time that does not exist", "jsonl", '{"u": "b", "t": "2013-03-10T02:31:17", "p": "x", "v": 1}\n',

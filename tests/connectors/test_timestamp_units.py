@@ -131,8 +131,10 @@ def test_refusal_messages_are_one_line_with_the_unit_and_the_key_to_set():
         '(a time within about 116 days of 1970 must be written in seconds)')
     assert refusal(pa.array(["1357034400123456"]), "epoch_ns").problem.startswith(
         'not epoch nanoseconds: the value looks like microseconds since 1970; set input.timestamp_format = "epoch_us"')
-    assert refusal(pa.array([str(WRITTEN["epoch_us"]), "nan"]), "epoch_us").problem == "not a finite number (timestamp_format epoch_us)"
-    assert refusal(pa.array([np.inf]), "epoch_ns").problem == "not a finite number (timestamp_format epoch_ns)"
+    assert refusal(pa.array([str(WRITTEN["epoch_us"]), "nan"]), "epoch_us").problem == ("not a finite number (text that is no number, "
+                                                                                            "NaN or infinity; timestamp_format epoch_us)")
+    assert refusal(pa.array([np.inf]), "epoch_ns").problem == ("not a finite number (text that is no number, NaN or "
+                                                                         "infinity; timestamp_format epoch_ns)")
 
 
 def test_the_first_bad_row_is_named_whatever_its_problem():
