@@ -151,7 +151,7 @@ def test_a_killed_stream_resumes_and_equals_one_batch_run(emulator, tmp_path, pa
     names = [spec.name for spec in jobfile.load(str(job_path)).releases]
     monitors = [spec.name for spec in jobfile.load(str(job_path)).releases if spec.kind == "svt"]
     command = [sys.executable, "-m", "dpstream.pipelines.cli.main", "run", str(job_path), "--ledger", ledger,
-               "--lease-seconds", "4", "--max-seconds", "120"]
+               "--lease-seconds", "6", "--max-seconds", "120"]  # a stream lease must outlast its start-up (LIMITATIONS)
     with _traffic(emulator[0], topic, start + 3600):
         child = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                  start_new_session=True)
