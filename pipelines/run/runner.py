@@ -64,10 +64,9 @@ from dpstream.pipelines.run.preflight import (
 )
 from dpstream.pipelines.run.publication import Publication
 from dpstream.pipelines.run.transaction import (
-    abandon,
     commit_staged,
+    ends_unpublished,
     interrupts_deferred,
-    pipeline_error,
     publish_committed,
 )
 from dpstream.pipelines.transforms.graph import release_columns
@@ -231,7 +230,7 @@ def run(
             log(admission.message)
             if admission.note:
                 log(admission.note)
-            try:
+            with ends_unpublished(job_budget, admission, log):
                 progress(STAGES[2].format(windows=job.window.count, releases=len(job.releases)))
                 tick = time.perf_counter()
                 with LeaseKeeper(lambda: job_budget.renew(admission), job_budget.lease_seconds, f"run-{admission.run_id}"):
@@ -243,15 +242,6 @@ def run(
                 debiting.enter_context(interrupts_deferred(log))  # until published: Ctrl-C cannot split the two
                 debit, written, journaled = _commit(job, job_budget, admission, states, options, beam_args, files,
                                                     started_at, timings, pending, publication, started)
-            except Exception as err:
-                error = err if isinstance(err, RunError) else pipeline_error(err)
-                abandon(job_budget, admission, error.recorded, log)  # never the runner's wrapping, nor data
-                if error is err:
-                    raise
-                raise error from err
-            except BaseException as err:  # Ctrl-C: the run ends unpublished too
-                abandon(job_budget, admission, f"interrupted ({type(err).__name__})", log)
-                raise
         finally:
             job_budget.close()
         log(debit.message)

@@ -57,22 +57,13 @@ def run_staged(budget: Budget, pipeline: beam.Pipeline, publication: Publication
     admission = budget.admit(label, output=publication.output_dir)
     log(admission.message)
     with ExitStack() as debiting:
-        try:
+        with ends_unpublished(budget, admission, log):
             with LeaseKeeper(lambda: budget.renew(admission), budget.lease_seconds, f"run-{admission.run_id}"):
                 pipeline.run().wait_until_finish()
                 states = budget.sealed_states()
             debiting.enter_context(interrupts_deferred(log))
             debit, _, journaled = commit_staged(budget, admission, states, publication, files,
                                                 lambda preview: _stage_library_report(preview, files, publication))
-        except Exception as err:
-            error = err if isinstance(err, RunError) else pipeline_error(err)
-            abandon(budget, admission, error.recorded, log)
-            if error is err:
-                raise
-            raise error from err
-        except BaseException as err:  # Ctrl-C: the run ends unpublished too
-            abandon(budget, admission, f"interrupted ({type(err).__name__})", log)
-            raise
         log(debit.message)
         publish_committed(debit, journaled, publication, "run the pipeline again with the same output")
     return debit
@@ -129,6 +120,24 @@ def publish_committed(debit: Debit, journaled: tuple[FileDigest, ...], publicati
                        f"stay in {publication.staging} (the ledger journaled their digests); {again} once the staged "
                        f"files are restored, and it publishes them", EXIT_ERROR) from err
     publication.publish()
+
+
+@contextmanager
+def ends_unpublished(budget: Budget, admission: Admission, log: Callable[[str], Any]) -> Iterator[None]:
+    """A failure or an interrupt inside the block ends the admitted run unpublished and undebited (`abandon`,
+    recording `RunError.recorded`, never data); an error other than RunError leaves as the one-line RunError of
+    `pipeline_error`."""
+    try:
+        yield
+    except Exception as err:
+        error = err if isinstance(err, RunError) else pipeline_error(err)
+        abandon(budget, admission, error.recorded, log)
+        if error is err:
+            raise
+        raise error from err
+    except BaseException as err:  # Ctrl-C: the run ends unpublished too
+        abandon(budget, admission, f"interrupted ({type(err).__name__})", log)
+        raise
 
 
 def abandon(budget: Budget, admission: Admission, reason: str, log: Callable[[str], Any]) -> None:
