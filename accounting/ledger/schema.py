@@ -17,6 +17,8 @@
 - `dpstream_run_journal`: each file a run publishes (path, size, digest), recorded with its debit;
 - `dpstream_ledger`: the ledger's own identity (a random id made when it is created or first opened by a
   dpstream that knows it), which names it in reports and matches runs on recovery, whatever URL reached it;
+- `dpstream_stream_prepaid`: the streams that paid their whole plan when they opened (the release that debited
+  it), whose windows then cost nothing more (`accounting.ledger.streams`, "Prepaid streams");
 - `dpstream_scope_units`: the privacy unit a plain scope serves (`accounting.ledger.units`), fixed at `budget
   init` or by the first job it admits (a period scope's unit is its grid, so it has no row).
 Ledgers written before a table existed gain it when opened (`upgrade`): adding a table changes no row.
@@ -45,6 +47,7 @@ class Tables:
     run_journal: sa.Table
     identity: sa.Table
     scope_units: sa.Table
+    stream_prepaid: sa.Table
 
 
 def define_tables() -> Tables:
@@ -192,15 +195,22 @@ def define_tables() -> Tables:
         sa.Column("ledger_id", sa.String(36), nullable=False),
         sa.Column("created_at", sa.String(40), nullable=False),
     )
+    stream_prepaid = sa.Table(
+        "dpstream_stream_prepaid",
+        metadata,
+        sa.Column("stream_id", sa.Integer, sa.ForeignKey("dpstream_streams.id"), primary_key=True,
+                  autoincrement=False),
+        sa.Column("release_id", sa.Integer, sa.ForeignKey("dpstream_releases.id"), nullable=False),
+    )
     return Tables(metadata, scopes, releases, monitors, periods, release_periods, runs, retired, streams,
-                  stream_periods, stream_monitors, stream_journal, run_journal, identity, scope_units)
+                  stream_periods, stream_monitors, stream_journal, run_journal, identity, scope_units, stream_prepaid)
 
 
 def upgrade(engine: sa.Engine, tables: Tables, existing: set[str]) -> None:
     """Create the tables a ledger written by an older dpstream lacks (`existing`: the tables it has); never
     alters an existing table."""
     added = (tables.runs, tables.retired, tables.streams, tables.stream_periods, tables.stream_monitors,
-             tables.stream_journal, tables.run_journal, tables.identity, tables.scope_units)
+             tables.stream_journal, tables.run_journal, tables.identity, tables.scope_units, tables.stream_prepaid)
     missing = [t for t in added if t.name not in existing]
     if missing:
         tables.metadata.create_all(engine, tables=missing)

@@ -21,7 +21,7 @@ from sqlalchemy import event as sa_event
 from sqlalchemy.engine import make_url
 
 from dpstream.accounting.composition import leaf_counts
-from dpstream.accounting.events import ApproxDP, Event
+from dpstream.accounting.events import ApproxDP, Composed, Event
 from dpstream.accounting.filters import SCOPE_FILTERS, EventFilter, PrivacyFilter, default_scope_filter, scope_filter
 from dpstream.accounting.filters.pure import basic_total, pure_epsilon_exact
 from dpstream.accounting.ledger.decisions import (
@@ -78,6 +78,7 @@ from dpstream.accounting.ledger.streams import (
     find_open,
     lease_is_live,
     monitor_leases,
+    prepaid_release,
     stream_grid,
     stream_monitors,
     stream_record,
@@ -543,7 +544,8 @@ class Ledger:
 
     def open_stream(self, scope: str, event: Event, label: str, *, output: str, job: str,
                     lease_seconds: float = DEFAULT_LEASE_SECONDS, monitors: Mapping[str, StreamMonitor] | None = None,
-                    opening: Event | None = None, unit: PrivacyUnit | None = None) -> StreamTicket:
+                    opening: Event | None = None, unit: PrivacyUnit | None = None,
+                    prepaid: bool = False) -> StreamTicket:
         """Open a stream that pays `event` per step as it publishes into `output` (`accounting.ledger.streams`):
         per period of a period scope, per window of a plain scope. Or resume the stream of the same `job` (a digest
         of the public job) into `output` that stopped, was killed or lost its lease: it keeps its decided steps
@@ -552,10 +554,12 @@ class Ledger:
         never returned: a stream no step could admit raises LedgerError too, with the refusal.
 
         `monitors`: the svt monitors the stream answers (plain scopes only), leased to it while it streams and
-        sealed after each window (`seal_stream_monitor`). A new one (record None) is opened here: `opening`, the
-        composition of the new monitors' budgets, is debited once, in this transaction, and each gets its
-        `initial` record; a monitor to continue must still have the record the caller read. A refused opening
-        raises LedgerError("refused: ...") and records nothing. `unit`: the job's privacy unit
+        sealed after each window (`seal_stream_monitor`). A new one (record None) is opened here and gets its
+        `initial` record; a monitor to continue must still have the record the caller read. `opening`: debited
+        once, in this transaction, when the stream is created (never when it resumes): the composition of the new
+        monitors' budgets (it must cover them), or, `prepaid` (plain scopes only), of the whole plan, whose steps
+        then charge `event` = Composed(()) (`accounting.ledger.streams`, "Prepaid streams"); a stream resumes only
+        as it was opened. A refused opening raises LedgerError("refused: ...") and records nothing. `unit`: the job's privacy unit
         (`accounting.ledger.units`): UnitMismatchError, recording nothing, when the scope serves another; an opened
         stream fixes a plain scope's unit if none is; None: not checked."""
         _check_event(label, event, None)
@@ -563,10 +567,12 @@ class Ledger:
         for name in monitors:
             _check_name("monitor", name, 200)
         opened = sorted(name for name, monitor in monitors.items() if monitor.record is None)
-        if bool(opened) != (opening is not None) or any(monitors[n].initial is None for n in opened):
+        if (opened and opening is None) or any(monitors[n].initial is None for n in opened):
             raise LedgerError(f"a stream opening monitors {opened} needs their budgets' event and first records")
         if opening is not None:
             _check_opening(opening, [(monitors[n].epsilon, monitors[n].delta) for n in opened])
+        if prepaid and (opening is None or event != Composed(())):
+            raise LedgerError("a prepaid stream pays its whole plan as its opening and nothing per step")
         _check_name("output", output, 4000)
         if not (math.isfinite(lease_seconds) and lease_seconds > 0):
             raise LedgerError(f"a stream's lease must be a positive number of seconds, got {lease_seconds!r}")
@@ -594,6 +600,13 @@ class Ledger:
             if found is not None and set(stream_monitors(self.tables, conn, found.id)) != set(monitors):
                 raise LedgerError(f"output {output} holds stream {found.id} ({found.label!r}), which answers other svt "
                                   f"monitors; a stream resumes only with its own; nothing was debited")
+            if prepaid and grid is not None:
+                raise LedgerError(f"scope {scope!r} holds a budget per period; a stream there pays each period, not "
+                                  f"its whole plan at once; nothing was debited")
+            if found is not None and (prepaid_release(self.tables, conn, found.id) is not None) != prepaid:
+                raise LedgerError(f"output {output} holds stream {found.id} ({found.label!r}), which "
+                                  f"{'prepaid its plan' if not prepaid else 'pays per step'}; a stream resumes only "
+                                  f"as it was opened; write to another output; nothing was debited")
             if found is not None and found.events != json.dumps(event.to_dict()):
                 raise LedgerError(f"output {output} holds stream {found.id} ({found.label!r}), which charges each "
                                   f"step {found.events}, but this run's plan charges {json.dumps(event.to_dict())} "
@@ -609,28 +622,32 @@ class Ledger:
                 conn.execute(self.streams.update().where(self.streams.c.id == stream_id).values(
                     status=STREAMING, session=session, lease_until=clock + lease_seconds, reason=None,
                     updated_at=now_text()))
-            if found is None and monitors:
-                self._open_stream_monitors(conn, row, stream_id, label, monitors, opening)
+            if found is None and (monitors or opening is not None):
+                opened_by = self._open_stream_monitors(conn, row, stream_id, label, monitors, opening)
+                if prepaid:
+                    conn.execute(self.tables.stream_prepaid.insert().values(stream_id=stream_id, release_id=opened_by))
             if fix_unit and unit is not None:
                 record_unit(self.tables, conn, scope, unit, label, now_text())
             debited, refused = decided(self.tables, conn, stream_id)
         verb = "resumed" if found is not None else "opened"
         step = "window" if grid is None else "period"
-        pays = ("each window when it is released" if grid is None
+        pays = ("its whole plan once, when it opened, and nothing per window" if prepaid
+                else "each window when it is released" if grid is None
                 else f"each {grid.text} period when its first window is released")
         return StreamTicket(stream_id, session, found is not None, grid, tuple(sorted(debited)), refused,
                             f"{verb}: stream {stream_id} ({label!r}) on scope {scope!r} pays {pays}"
                             + (f" ({len(debited)} {step}(s) paid before)" if debited else ""))
 
     def _open_stream_monitors(self, conn: sa.Connection, row: sa.Row, stream_id: int, label: str,
-                              monitors: Mapping[str, StreamMonitor], opening: Event | None) -> None:
-        """Debit the new monitors' budgets (one release) and record the stream's monitors; LedgerError when the
-        scope refuses the opening."""
+                              monitors: Mapping[str, StreamMonitor], opening: Event | None) -> int | None:
+        """Debit the stream's `opening` (one release: the new monitors' budgets, or a prepaid stream's whole plan)
+        and record the stream's monitors; the opening's release id (None: no opening). LedgerError when the scope
+        refuses the opening."""
         release_id = None
         if opening is not None:
             names = sorted(n for n, m in monitors.items() if m.record is None)
-            decision = decide(self.tables, conn, row, opening, f"{label} (stream {stream_id}, opening svt monitor(s) "
-                                                               f"{', '.join(names)})", None)
+            what = f"opening svt monitor(s) {', '.join(names)}" if names else "opening"
+            decision = decide(self.tables, conn, row, opening, f"{label} (stream {stream_id}, {what})", None)
             release_id = decision.write(conn)
             if release_id is None:
                 raise LedgerError(f"{decision.refusal}; the stream's svt monitors were not opened; nothing was read "
@@ -644,6 +661,7 @@ class Ledger:
                     created_at=now_text()))
             conn.execute(self.tables.stream_monitors.insert().values(
                 stream_id=stream_id, name=name, release_id=None if monitor.record is not None else release_id))
+        return release_id
 
     def debit_stream(self, stream_id: int, session: int, steps: Periods | tuple[int, ...],
                      lease_seconds: float | None = None) -> dict[int, str | None]:

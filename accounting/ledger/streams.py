@@ -16,7 +16,15 @@ Privacy: per period p (period scope), the stream's windows that read the unit's 
 published before p's debit of the whole per-period event, and each window is published at most once (the
 caller's writes are create-only), so p is charged the plan's event, admitted by p's filter, before any output
 that depends on it is observable. On a plain scope every window is one round of the scope's filter, charged its
-own mechanism's event before it is published. Proof: docs/proofs/pipelines.run.stream.md.
+own mechanism's event before it is published.
+
+Prepaid streams: a plain-scope stream whose windows are not separate rounds at no extra cost (Gaussian noise on
+an approx scope, caps or peaks across windows) is opened with its whole plan as its `opening`, debited once when
+the stream is created, and a step event of Composed(()): each window is still decided and journaled once, at no
+further cost. The opening is what one run of the plan is charged, and each window is computed and published at
+most once per stream, so the stream's outputs are a subset of that run's mechanisms (a resumed session starts
+cross-window state afresh only where no earlier session touched it: `pipelines.run.paid_stream.resume_point`).
+Proof: docs/proofs/pipelines.run.stream.md.
 """
 from __future__ import annotations
 
@@ -87,6 +95,7 @@ class StreamRecord:
     updated_at: str
     pays: str = "period"  # what a step is: "period" (a period scope) or "window" (a plain scope)
     monitors: tuple[str, ...] = ()  # the svt monitors it answers, sealed in the ledger after each window
+    prepaid: int | None = None  # the release that debited its whole plan when it opened (None: it pays per step)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready; the steps under `periods_debited`/`periods_refused` or `windows_debited`/`windows_refused`."""
@@ -94,7 +103,7 @@ class StreamRecord:
                 "job": self.job, "status": self.status, "session": self.session, "lease_until": self.lease_until,
                 "events": self.event.to_dict(), "pays": self.pays, f"{self.pays}s_debited": sorted(self.debited),
                 f"{self.pays}s_refused": {str(k): v for k, v in sorted(self.refused.items())},
-                "monitors": list(self.monitors), "reason": self.reason,
+                "monitors": list(self.monitors), "prepaid": self.prepaid, "reason": self.reason,
                 "created_at": self.created_at, "updated_at": self.updated_at}
 
 
@@ -164,7 +173,13 @@ def stream_record(tables: Tables, conn: sa.Connection, stream: sa.Row) -> Stream
                         stream.lease_until, Event.from_dict(json.loads(stream.events)), debited, refused,
                         stream.reason if status == stream.status else "its lease ran out (killed or cut off)",
                         stream.created_at, stream.updated_at, "window" if stream_grid(scope) is None else "period",
-                        tuple(sorted(stream_monitors(tables, conn, stream.id))))
+                        tuple(sorted(stream_monitors(tables, conn, stream.id))), prepaid_release(tables, conn, stream.id))
+
+
+def prepaid_release(tables: Tables, conn: sa.Connection, stream_id: int) -> int | None:
+    """The release that debited a prepaid stream's whole plan when it opened; None for a stream paid per step."""
+    table = tables.stream_prepaid
+    return conn.execute(sa.select(table.c.release_id).where(table.c.stream_id == stream_id)).scalar_one_or_none()
 
 
 def stream_monitors(tables: Tables, conn: sa.Connection, stream_id: int) -> dict[str, int | None]:

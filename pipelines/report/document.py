@@ -265,7 +265,17 @@ def _unit_text(job: Job) -> str:
 
 
 def _stream_text(budget: dict[str, Any], stream: dict[str, Any]) -> str:
-    """How a stream paid: per period, or per window on a plain scope, as its windows were released."""
+    """How a stream paid: per period, or per window on a plain scope, as its windows were released, or its whole
+    plan once, when it opened (prepaid)."""
+    if stream.get("prepaid") is not None:
+        published = stream["windows_debited"]
+        return (f"Scope `{budget['scope']}` in ledger `{budget['ledger']}` holds one budget, and this job is stream "
+                f"{stream['stream']} (session {stream['session']}): its windows are not separate rounds the scope's "
+                f"filter prices at no extra cost one at a time, so the stream paid its whole plan (the composition "
+                f"of every event above) once, when it opened, and then published each window as it was released, "
+                f"once, journaled in the ledger. Windows published so far: {len(published)}"
+                + (f" ({published[0]} .. {published[-1]})" if published else "") + ". "
+                + _skipped_text(stream))
     if stream.get("pays") == "window":
         debited, refused = stream["windows_debited"], stream["windows_refused"]
         monitors = stream.get("monitors") or []
@@ -280,7 +290,6 @@ def _stream_text(budget: dict[str, Any], stream: dict[str, Any]) -> str:
                    f"in the ledger after each window, before that window's alert is published, so a resumed stream "
                    f"continues it. " if monitors else ""))
     debited, refused = stream["periods_debited"], stream["periods_refused"]
-    skipped = stream.get("windows_skipped") or []
     return (f"Scope `{budget['scope']}` in ledger `{budget['ledger']}` holds a budget per period, and this job is "
             f"stream {stream['stream']} (session {stream['session']}): each period was debited once, with the "
             f"composition of every event above, when the first window overlapping it was about to be published, "
@@ -288,8 +297,13 @@ def _stream_text(budget: dict[str, Any], stream: dict[str, Any]) -> str:
             f"Periods debited so far: {_period_list(debited)}. "
             + (f"Periods refused (their windows were not published): {_period_list([int(k) for k in refused])}. "
                if refused else "")
-            + (f"Windows not released because the stream resumed in the middle of a period whose cross-window "
-               f"bounds or peaks it cannot continue: {', '.join(str(i + 1) for i in skipped)}. " if skipped else ""))
+            + _skipped_text(stream))
+
+
+def _skipped_text(stream: dict[str, Any]) -> str:
+    skipped = stream.get("windows_skipped") or []
+    return (f"Windows not released because the stream resumed in the middle of a period whose cross-window bounds "
+            f"or peaks it cannot continue: {', '.join(str(i + 1) for i in skipped)}. " if skipped else "")
 
 
 def _period_list(starts: list[Any]) -> str:

@@ -54,13 +54,14 @@ import tempfile
 import time
 import uuid
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import cached_property, lru_cache
 from typing import Any, Iterable, Iterator, Mapping
 
 import apache_beam as beam
 
-from dpstream.accounting.events import Composed
+from dpstream.accounting.events import Composed, Event
 from dpstream.accounting.filters import ApproxDPFilter, EventFilter
 from dpstream.accounting.ledger import (
     DEFAULT_LEASE_SECONDS,
@@ -103,6 +104,17 @@ from dpstream.pipelines.transforms.svt import STATE, snapshot_path
 from dpstream.pipelines.transforms.windowing import iso
 
 MonitorRecords = dict[str, MonitorRecord | None]
+WINDOW, PREPAID, AT_END = "window", "prepaid", "at end"
+
+
+@dataclass(frozen=True)
+class StreamPayment:
+    """How a stream pays a plain scope (`Budget.stream_payment`): WINDOW, PREPAID or AT_END, and why not
+    window by window (None when it is, or when it resumes a stream opened so)."""
+
+    mode: str
+    reason: str | None
+
 MonitorStates = dict[str, tuple[MonitorRecord, bool]]  # name -> (sealed record after a run, halted)
 
 
@@ -313,32 +325,39 @@ class Budget:
                 raise RunError(f"budget scope {self.scope!r} is not in ledger {ledger.display_url}; "
                                f"{self._create_hint()}") from err
 
-    def window_payment(self, output: str, runner: str = "DirectRunner") -> str | None:
-        """On a plain scope: None when a stream of this plan into `output` pays window by window, else why it pays
-        once, at its end, for the whole plan (the runner logs it). A stream of this job that did not finish there
-        keeps paying per window (it resumes). Otherwise per window needs a plan of independent windows
-        (`JobPlan.window_event`) and a filter that charges its W windows, one round each, what it would charge
-        their composition (`EventFilter.charges_evenly`, on the scope's state now); with svt monitors, also a
-        `runner` that commits a stateful step's state with its outputs (`preflight.COMMITTING_RUNNERS`: the
-        monitor is sealed in the ledger window by window). Public values only."""
+    def stream_payment(self, output: str, runner: str = "DirectRunner") -> StreamPayment:
+        """How a stream of this plan into `output` pays a plain scope (public values only):
+        - WINDOW: window by window, as it releases: the plan is one mechanism run once per window
+          (`JobPlan.window_event`) and the scope's filter charges its W windows, one round each, what it would
+          charge their composition (`EventFilter.charges_evenly`, on the scope's state now);
+        - PREPAID: its whole plan once, when the stream opens, then each window journaled at no further cost
+          (windows that share state or budget, or a filter that prices rounds above their composition);
+        - AT_END: as one run that pays when it ends, with its launcher up: svt monitors on a `runner` that
+          does not commit a stateful step's state with its outputs (`preflight.COMMITTING_RUNNERS`; the
+          monitor is sealed in the ledger window by window, which a runner that recovers by replaying could
+          fork).
+        A stream of this job that did not finish there keeps the way it was opened (it resumes)."""
         event = self.plan.window_event()
-        if event is None:
-            return ("its windows share state or budget (a unit period, caps across windows or peaks), so they are "
-                    "not separate rounds")
         if self.plan.monitors() and runner not in COMMITTING_RUNNERS:
-            return (f"its svt monitors are sealed window by window only on runners that commit a stateful step's "
-                    f"state with its outputs ({', '.join(COMMITTING_RUNNERS)}); {runner} recovers by replaying, which "
-                    f"could publish one answer and continue from another")
-        if self.unfinished_stream(output) is not None:
-            return None
+            return StreamPayment(AT_END, f"its svt monitors are sealed window by window only on runners that commit "
+                                         f"a stateful step's state with its outputs ({', '.join(COMMITTING_RUNNERS)}); "
+                                         f"{runner} recovers by replaying, which could publish one answer and "
+                                         f"continue from another")
+        unfinished = self.unfinished_stream(output)
+        if unfinished is not None:
+            return StreamPayment(WINDOW if unfinished.prepaid is None else PREPAID, None)
+        if event is None:
+            return StreamPayment(PREPAID, "its windows share state or budget (a unit period, caps across windows or "
+                                          "peaks), so they are not separate rounds")
         with self._ledger("nothing was debited") as ledger:
             (scope_filter,) = ledger.deciding_filters(self.scope)
         if scope_filter.charges_evenly(event, self.window.count, self.plan.opening_event(self._continued())):
-            return None
+            return StreamPayment(WINDOW, None)
         monitors = " and its new svt monitors' budgets" if self.plan.monitors() else ""
-        return (f"the scope's {scope_filter.kind} filter would charge its {self.window.count} windows{monitors} one "
-                f"at a time more than all at once, or cannot admit them all now (a zcdp or gdp scope prices Gaussian "
-                f"windows one at a time at no extra cost, a pure or approx scope Laplace ones)")
+        return StreamPayment(PREPAID, f"the scope's {scope_filter.kind} filter would charge its {self.window.count} "
+                                      f"windows{monitors} one at a time more than all at once, or cannot admit them "
+                                      f"all now (a zcdp or gdp scope prices Gaussian windows one at a time at no "
+                                      f"extra cost, a pure or approx scope Laplace ones)")
 
     def job_digest(self) -> str:
         """A digest of everything public that decides the plan and its outputs: a stream resumes only under it."""
@@ -346,26 +365,35 @@ class Budget:
                        self.unit_period, self.seed, self.shards))
         return hashlib.sha256(public.encode("utf-8")).hexdigest()
 
-    def open_stream(self, label: str, output: str) -> StreamTicket:
-        """Open (or resume) a stream that pays as windows are released (`Ledger.open_stream`): on a period scope
-        the plan's event per period, checked as `scope_periods` checks a run; on a plain scope one window's event
-        per window (`window_payment` must have said yes), and the budgets of the svt monitors it opens, debited
-        here, once (a monitor holds its budget in its own filter, so opening it spends nothing it cannot still
-        use: a stopped stream's monitor continues with what it has left). RunError EXIT_REFUSED when no step
-        could be admitted, or the monitors' opening was refused."""
+    def open_stream(self, label: str, output: str, prepaid: bool = False) -> StreamTicket:
+        """Open (or resume) a stream that publishes as windows are released (`Ledger.open_stream`): on a period
+        scope paying the plan's event per period, checked as `scope_periods` checks a run; on a plain scope paying
+        one window's event per window (`stream_payment` said WINDOW) and the budgets of the svt monitors it
+        opens, debited here, once (a monitor holds its budget in its own filter, so opening it spends nothing it
+        cannot still use: a stopped stream's monitor continues with what it has left), or, `prepaid` (it said
+        PREPAID), paying the whole plan here, once, what one run of it is charged, and nothing per window.
+        RunError EXIT_REFUSED when no step could be admitted, or the opening was refused."""
         monitors = {m.name: StreamMonitor(m.epsilon, m.delta, self.monitor_records[m.name],
                                           MonitorRecord(m.monitor().to_dict(), self.window.start))
                     for m in self.plan.monitors()}
+        continued = self._continued()
         with self._ledger("nothing was debited") as ledger:
             periods, _ = self.scope_periods(ledger.unit_period(self.scope))
-            event = Composed(tuple(self.plan.events(frozenset()))) if periods is not None else self.plan.window_event()
+            event: Event | None
+            opening: Event | None
+            if periods is not None:
+                event, opening = Composed(tuple(self.plan.events(frozenset()))), None
+            elif prepaid:
+                event, opening = Composed(()), Composed(tuple(self.plan.events(continued)))
+            else:
+                event, opening = self.plan.window_event(), self.plan.opening_event(continued)
             if event is None:
                 raise RunError(f"{self.source}: this plan's windows cannot be paid one at a time on scope "
                                f"{self.scope!r}; nothing was debited")
             try:
                 return ledger.open_stream(self.scope, event, label, output=output, job=self.job_digest(),
-                                          lease_seconds=self.lease_seconds, monitors=monitors,
-                                          opening=self.plan.opening_event(self._continued()), unit=self.privacy_unit)
+                                          lease_seconds=self.lease_seconds, monitors=monitors, opening=opening,
+                                          unit=self.privacy_unit, prepaid=prepaid)
             except LedgerError as err:
                 if isinstance(err, UnitMismatchError):
                     raise RunError(f"{self.source}: {err}") from err

@@ -1,19 +1,22 @@
-"""Streaming jobs that pay as they release: each period, or each window on a plain scope, paid when it is first
-released, and resumable.
+"""Streaming jobs that publish as they release: each period, or each window on a plain scope, paid when it is
+first released (or, a prepaid stream, its whole plan paid once when the stream opens), and resumable.
 
 A streaming job (Pub/Sub input) is a stream (`accounting.ledger.streams`) when its ledger scope holds a budget
-per period (`dpstream budget init --unit-period P`), or when its scope is plain and its windows are separate
-rounds that the scope's filter prices one at a time at no extra cost (`Budget.window_payment`). Order
+per period (`dpstream budget init --unit-period P`), or when its scope is plain (`Budget.stream_payment`): paid
+window by window where its windows are separate rounds that the scope's filter prices one at a time at no extra
+cost, else prepaid; only svt monitors on a runner that may replay a sealed window pay at the end, as a run. Order
 (docs/proofs/pipelines.run.stream.md):
 1. everything public is checked first, as for a run (the runner did: job, plan, runner options, memory);
 2. the output directory is read: the windows a stream of this job released there before (parts, or refusals)
    are kept, and this run releases the rest, from the first window no release has decided (`resume_point`);
 3. the ledger opens the stream, or resumes the stream of the same job into the same output in a new session
-   (nothing is debited; a stream no step could admit is refused, exit 3); a resumed stream's published windows
+   (nothing is debited, but a new prepaid stream's whole plan; a stream no step could admit, or whose opening
+   is refused, is refused, exit 3); a resumed stream's published windows
    are read from the ledger's journal, and any whose file is missing or changed is written again from it
    (never computed again), so the resume point follows what the ledger says was published, not the files;
 4. the pipeline computes each window; just before it writes window i it debits, once per stream, every
-   period window i overlaps, or window i itself on a plain scope (`payment.StreamPayer`), and writes
+   period window i overlaps, or window i itself on a plain scope (at no cost when prepaid), and journals the
+   window's bytes in the same transaction (`payment.StreamPayer`), and writes
    OUTPUT/windows/NAME/window-IIIIII.jsonl only when all of them were admitted (else window-IIIIII.refused,
    with the reason). Written windows are published: a reader may use them at once. The launcher renews the
    stream's lease meanwhile;
@@ -22,7 +25,7 @@ rounds that the scope's filter prices one at a time at no extra cost (`Budget.wi
    report.json / report.md are written into OUTPUT; the stream ends finished, or stopped (resumable: run the
    same job file again).
 A failure or interrupt ends the session stopped: windows already published stay published and paid; periods
-and windows not reached are never debited. Windows are numbered from the job's window.start whatever session
+and windows not reached are never debited (a prepaid stream paid them all when it opened). Windows are numbered from the job's window.start whatever session
 releases them, so a resumed stream with a fixed seed releases what one uninterrupted run would.
 """
 from __future__ import annotations
@@ -67,11 +70,13 @@ def resume_point(plan: JobPlan, window: WindowSpec, grid: PeriodGrid | None, dec
 
     Each window's release is an independent mechanism, so any undecided window may be released later. A job
     with state across windows (contribution caps over a unit's windows, or peaks over a period) holds that
-    state per user x period unit in the pipeline; a new session starts it afresh, so it must not release any
-    window of a period an earlier session touched: one that has a decided emission of any release (its span:
-    a window, or a peak's whole period), or that the stream paid (`paid`: period indices; a stale worker may
-    still publish there). It starts at the first window after all of them, and at a peak period's start, so
-    no peak is computed over part of its period; windows in between are skipped, never released."""
+    state per user x period unit in the pipeline (on a plain scope, whose prepaid stream paid the whole plan
+    once: per user and cap group, `_state_boundary`); a new session starts it afresh, so it must not release any
+    window of a period (group) an earlier session touched: one that has a decided emission of any release (its
+    span: a window, or a peak's whole period), or that the stream paid (`paid`: period indices, window indices
+    on a plain scope; a stale worker may still publish there). It starts at the first window after all of them,
+    and at a peak period's start, so no peak is computed over part of its period; windows in between are
+    skipped, never released."""
     pending = [index for name, indices in expected.items() for index in indices if index not in decided[name]]
     if not pending:
         return window.count
@@ -79,20 +84,37 @@ def resume_point(plan: JobPlan, window: WindowSpec, grid: PeriodGrid | None, dec
     peaks = [r for r in plan.releases if isinstance(r, PeakPlan)]
     if plan.window_cap is None and not peaks:
         return first
-    assert grid is not None, "a plain scope's stream has independent windows (JobPlan.window_event)"
     spans = [span for name, indices in decided.items() for index in indices
              for span in [_span(plan[name], window, index)]]
-    barrier = max([Periods.overlapping(a, b, grid).end() for a, b in spans]
-                  + [grid.start(period + 1) for period in paid], default=-math.inf)
-    while math.isfinite(barrier):  # out of any peak period it cuts, onto a period boundary
+    ends = ([Periods.overlapping(a, b, grid).end() for a, b in spans] + [grid.start(period + 1) for period in paid]
+            if grid is not None else [b for _, b in spans] + [window.bounds(index)[1] for index in paid])
+    barrier = max(ends, default=-math.inf)
+    while math.isfinite(barrier):  # out of any peak period it cuts, onto a boundary of the state's units
         moved = max([barrier] + [b for peak in peaks for a, b in peak.period_bounds if a < barrier < b])
-        moved = moved if grid.is_boundary(moved) else grid.start(grid.index(moved) + 1)
+        moved = _state_boundary(plan, window, grid, moved)
         if moved == barrier:
             break
         barrier = moved
     while first < window.count and window.bounds(first)[0] < barrier:
         first += 1
     return first
+
+
+def _state_boundary(plan: JobPlan, window: WindowSpec, grid: PeriodGrid | None, time_s: float) -> float:
+    """The first time at or after `time_s` where the plan's state across windows starts afresh: a boundary of
+    the scope's period grid; on a plain scope (`grid` None, a prepaid stream) the start of the first window of
+    the next cap group (`WindowCap.unit_of_window`: the unit period of the job, or one group for the whole
+    range, whose end it then is), or `time_s` itself when the plan has no caps (only peaks hold state)."""
+    if grid is not None:
+        return time_s if grid.is_boundary(time_s) else grid.start(grid.index(time_s) + 1)
+    cap = plan.window_cap
+    before = [index for index in range(window.count) if window.bounds(index)[0] < time_s]
+    if cap is None or not before:
+        return time_s
+    group = cap.unit_of_window[before[-1]]
+    later = [window.bounds(index)[0] for index in range(before[-1] + 1, window.count)
+             if cap.unit_of_window[index] > group]
+    return max(time_s, min(later, default=window.bounds(window.count - 1)[1]))
 
 
 def answered_before(plan: JobPlan, expected: dict[str, tuple[int, ...]], decided: dict[str, set[int]],
@@ -129,9 +151,10 @@ def _span(planned, window: WindowSpec, index: int) -> tuple[float, float]:
 
 def run_stream(job: Job, job_budget: Budget, grid: PeriodGrid | None, options: PipelineOptions, beam_args: Sequence[str],
                output_dir: str, log, max_seconds: float | None, progress, started: float,
-               timings: dict[str, float], detach: bool = False) -> StreamOutcome:
+               timings: dict[str, float], detach: bool = False, prepaid: bool = False) -> StreamOutcome:
     """Run one session of the job's stream into `output_dir` (see the module docstring); RunError on failure.
-    `grid`: the scope's period grid, None on a plain scope (paid window by window).
+    `grid`: the scope's period grid, None on a plain scope (paid window by window, or, `prepaid`, its whole plan
+    once when the stream opens: `Budget.stream_payment`).
     `detach`: submit the pipeline and return at once (a runner that runs it elsewhere: the pipeline writes its
     windows and reports and ends the stream itself); the outcome's report is then empty."""
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -155,9 +178,10 @@ def run_stream(job: Job, job_budget: Budget, grid: PeriodGrid | None, options: P
     if first < job.window.count:
         check_event_time(job.window, options, time.time(), first)
     label = f"job {job.name} ({job.source}) at {started_at}: " + ", ".join(r.name for r in job.releases)
-    pays = "each window" if grid is None else f"each {grid.text} period"
-    progress(f"opening stream on scope {job_budget.scope!r} ({pays} is paid when released)")
-    ticket = job_budget.open_stream(label, output_dir)
+    pays = ("its whole plan is paid now" if prepaid else
+            f"{'each window' if grid is None else f'each {grid.text} period'} is paid when released")
+    progress(f"opening stream on scope {job_budget.scope!r} ({pays})")
+    ticket = job_budget.open_stream(label, output_dir, prepaid)
     log(ticket.message)
     try:
         if has_windows and not ticket.resumed:  # another stream finished there meanwhile
@@ -195,7 +219,8 @@ def run_stream(job: Job, job_budget: Budget, grid: PeriodGrid | None, options: P
     except Exception as err:
         error = err if isinstance(err, RunError) else pipeline_error(err)
         job_budget.end_stream(ticket, finished=False, reason=error.recorded)
-        published = ("windows already written stay published and paid; "
+        published = ("windows already written stay published; the stream paid its whole plan when it opened"
+                     if prepaid else "windows already written stay published and paid; "
                      + ("windows" if grid is None else "periods") + " not reached were not debited")
         raise RunError(f"{str(error).removesuffix('; nothing was published or debited')}; {published}",
                        error.exit_code) from err

@@ -49,12 +49,13 @@ from dpstream.pipelines.planning.size import plan_size
 from dpstream.pipelines.report import document as report
 from dpstream.pipelines.run import paid_stream
 from dpstream.pipelines.run import streaming as streaming_io
-from dpstream.pipelines.run.budget import Budget
+from dpstream.pipelines.run.budget import AT_END, PREPAID, Budget, StreamPayment
 from dpstream.pipelines.run.errors import EXIT_ERROR, EXIT_INTERNAL, EXIT_OK, EXIT_REFUSED, RunError
 from dpstream.pipelines.run.input_scan import VALIDATE_ROWS, InputScan, empty_range_refusal, scan
 from dpstream.pipelines.run.job_graph import build_pipeline
 from dpstream.pipelines.run.lease import LeaseKeeper
 from dpstream.pipelines.run.preflight import (
+    COMMITTING_RUNNERS,
     check_event_time,
     check_job_runner,
     check_memory,
@@ -198,16 +199,18 @@ def run(
     _check_range(job)  # reads the input's first rows: after every check that needs no data
     grid = job_budget.scope_grid() if streaming else None
     timings["plan_s"] = time.perf_counter() - started
-    if streaming and (grid is not None or _pays_per_window(job_budget, output_dir, runner_name(options), log)):
+    payment = _stream_payment(job_budget, output_dir, runner_name(options), log) if streaming and grid is None else None
+    if streaming and (payment is None or payment.mode != AT_END):
         if overwrite:
             raise RunError(f"{job.source}: --overwrite does not apply to a stream that pays as it releases, which "
                            f"resumes into its own output; write to another output; nothing was debited")
         stream = paid_stream.run_stream(job, job_budget, grid, options, beam_args, output_dir, log, max_seconds,
-                                        progress, started, timings, detach)
+                                        progress, started, timings, detach,
+                                        prepaid=payment is not None and payment.mode == PREPAID)
         return RunOutcome(output_dir, stream.report, stream.files, stream.pending)
     if detach:
-        raise RunError(f"{job.source}: --detach applies to streams that pay as they release (on a period scope, "
-                       f"`dpstream budget init --unit-period P`, or window by window on a plain one), which pay and "
+        raise RunError(f"{job.source}: --detach applies to streams that publish as they release (every stream "
+                       f"but one with svt monitors on a runner outside {', '.join(COMMITTING_RUNNERS)}), which pay and "
                        f"report from inside the pipeline; this run debits and publishes when it ends, so its "
                        f"launcher must stay; nothing was debited")
     if streaming:
@@ -253,13 +256,16 @@ def run(
     return RunOutcome(output_dir, written, final_files, pending)
 
 
-def _pays_per_window(job_budget: Budget, output_dir: str, runner: str, log) -> bool:
-    """Whether a stream on a plain scope pays window by window, as it releases (`Budget.window_payment`); logs
-    why not."""
-    reason = job_budget.window_payment(output_dir, runner)
-    if reason is not None:
-        log(f"note: this stream pays scope {job_budget.scope!r} once, when it ends, for its whole plan: {reason}")
-    return reason is None
+def _stream_payment(job_budget: Budget, output_dir: str, runner: str, log) -> StreamPayment:
+    """How a stream on a plain scope pays (`Budget.stream_payment`); logs why not window by window."""
+    payment = job_budget.stream_payment(output_dir, runner)
+    if payment.mode == PREPAID and payment.reason is not None:
+        log(f"note: this stream pays scope {job_budget.scope!r} its whole plan once, when it opens, and then publishes "
+            f"each window as it is released: {payment.reason}")
+    elif payment.mode == AT_END:
+        log(f"note: this stream pays scope {job_budget.scope!r} once, when it ends, for its whole plan, and publishes "
+            f"then: {payment.reason}")
+    return payment
 
 
 def _compute(job: Job, job_budget: Budget, pipeline: beam.Pipeline, files: dict[str, str],

@@ -69,14 +69,16 @@ def _run(run) -> dict[str, Any]:
 def stream_steps(record: StreamRecord, grid: PeriodGrid | None, window: WindowSpec) -> dict[str, Any]:
     """What a stream paid, as report.json and `dpstream status` show it: `pays` ("period" on a period scope,
     "window" on a plain one), then `periods_debited` (their starts) and `periods_refused` (start -> why), or
-    `windows_debited` and `windows_refused` (window starts)."""
+    `windows_debited` and `windows_refused` (window starts), and `prepaid`: the release that debited the whole
+    plan when the stream opened (its windows are then decided at no cost; None: it pays per step)."""
     unit = "window" if grid is None else "period"
 
     def start(step: int) -> str:
         return instant_text(window.bounds(step)[0] if grid is None else grid.start(step))
 
     return {"pays": unit, f"{unit}s_debited": [start(s) for s in sorted(record.debited)],
-            f"{unit}s_refused": {start(s): why for s, why in sorted(record.refused.items())}}
+            f"{unit}s_refused": {start(s): why for s, why in sorted(record.refused.items())},
+            "prepaid": record.prepaid}
 
 
 def _stream(stream, grid, window) -> dict[str, Any]:
@@ -96,8 +98,9 @@ def status_lines(status: dict[str, Any]) -> list[str]:
         debited, refused = stream[f"{unit}s_debited"], stream[f"{unit}s_refused"]
         span = f" ({debited[0]} .. {debited[-1]})" if debited else ""
         lease = f", lease until {stream['lease_until']}" if stream["lease_until"] else ""
-        lines.append(f"  stream {stream['stream']}: {stream['status']} (session {stream['session']}{lease}); "
-                     f"{_count(len(debited), unit)} debited{span}"
+        paid = (f"whole plan prepaid (release {stream['prepaid']}), {_count(len(debited), unit)} published{span}"
+                if stream.get("prepaid") is not None else f"{_count(len(debited), unit)} debited{span}")
+        lines.append(f"  stream {stream['stream']}: {stream['status']} (session {stream['session']}{lease}); {paid}"
                      + (f", {len(refused)} refused" if refused else "")
                      + (f"; {stream['reason']}" if stream["reason"] else ""))
     for run in status["runs"][-3:]:

@@ -77,8 +77,10 @@ class StreamReport:
         with Ledger(self.ledger) as ledger:
             record = ledger.stream(self.stream_id)
             after, display, ledger_id = ledger.show(self.job.privacy.scope), ledger.display_url, ledger.ledger_id
+            paid = record.event if record.prepaid is None else next(  # a prepaid stream: the whole plan, once
+                r.event for r in ledger.history(record.scope) if r.release_id == record.prepaid)
         debit = Debit(display, record.scope, record.stream_id, None, record.label, f"stream {record.stream_id}",
-                      record.event, after, None, None, ledger_id)
+                      paid, after, None, None, ledger_id)
         stream = {"stream": record.stream_id, "session": record.session, "status": record.status,
                   **stream_steps(record, after.unit_period, self.job.window), "windows_skipped": list(self.skipped),
                   "monitors": list(record.monitors)}

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from dpstream.accounting.events import Gaussian, PureDP
+from dpstream.accounting.events import Composed, Gaussian, PureDP, SelfComposed
 from dpstream.accounting.ledger import Ledger, LedgerError, Periods
 from tests.accounting.ledger_race import race
 from tests.accounting.test_ledger import (  # noqa: F401  (fixtures)
@@ -365,3 +365,36 @@ def test_an_svt_alert_is_journaled_with_its_seal_and_never_answered_again(ledger
         again = ledger.seal_and_publish_stream_window(ticket.stream_id, 1, "busy", MonitorRecord({"w": 9}, 20.0),
                                                       False, Artifact("busy", 0, b"yes\n", 1))
         assert again.content == b"no\n" and ledger.monitor_record(scope, "busy").next_start == 10.0
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite", "postgresql"], indirect=True)
+def test_a_prepaid_stream_pays_its_whole_plan_once_what_one_run_of_it_is_charged(ledger_url):
+    """A plain approx scope and 8 Gaussian windows, which the accountant prices together below the sum of their
+    prices one at a time: a prepaid stream (its whole plan as its opening, steps of Composed(())) leaves the scope
+    exactly where one run of the plan leaves a twin scope, however its windows are decided, resumed or asked
+    again; a resume never pays the opening again, and a refused opening records no stream."""
+    window = Gaussian(10.0, 1.0)
+    plan = SelfComposed(window, 8)
+    with Ledger(ledger_url, create=True) as ledger:
+        scope, twin, split = _scope_name(), _scope_name(), _scope_name()
+        for name in (scope, twin, split):
+            ledger.init_scope(name, 4.0, 1e-5, "approx:release_delta=1e-6")
+        assert ledger.spend(twin, plan, "one run").admitted
+        for index in range(8):
+            assert ledger.spend(split, window, f"window {index}").admitted
+        assert ledger.show(split).state["spent_epsilon"] > 1.5 * ledger.show(twin).state["spent_epsilon"]
+        first = ledger.open_stream(scope, Composed(()), "job", output="/out/a", job="j1", opening=plan, prepaid=True)
+        assert ledger.debit_stream(first.stream_id, 1, (0, 1, 2)) == {0: None, 1: None, 2: None}
+        ledger.end_stream(first.stream_id, 1, finished=False)
+        with pytest.raises(LedgerError, match="resumes only as it was opened"):
+            ledger.open_stream(scope, window, "job", output="/out/a", job="j1")
+        resumed = ledger.open_stream(scope, Composed(()), "job", output="/out/a", job="j1", opening=plan, prepaid=True)
+        assert resumed.resumed and resumed.debited == (0, 1, 2)
+        assert ledger.stream(resumed.stream_id).prepaid is not None and "whole plan" in first.message
+        assert ledger.debit_stream(resumed.stream_id, 2, tuple(range(8)))[7] is None
+        assert ledger.show(scope).state == ledger.show(twin).state
+        assert sum("opening" in r.label for r in ledger.history(scope)) == 1
+        with pytest.raises(LedgerError, match="refused"):
+            ledger.open_stream(scope, Composed(()), "job", output="/out/b", job="j1",
+                               opening=SelfComposed(window, 4000), prepaid=True)
+        assert [s.output for s in ledger.streams_of(scope)] == ["/out/a"]

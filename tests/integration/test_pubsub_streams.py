@@ -7,8 +7,9 @@ window is about to be published, from inside the pipeline (`pipelines.run.paid_s
    debited period has a published window and was debited no earlier than that window's end (wall clock: the
    DirectRunner's Pub/Sub watermark follows it, so no window is released before it ends); periods whose
    windows were not released are not debited; the report lists the debited periods.
-2. Kill and resume, on a period scope, on a plain gdp scope (paid window by window), and on a plain approx
-   scope with Laplace counts and a live svt monitor (its budget debited once, when the stream opens it; its
+2. Kill and resume, on a period scope, on a plain approx scope with Gaussian counts (the stream prepays its
+   whole plan when it opens, then publishes window by window; the plain gdp scope paid window by window is
+   test_stream_kill_anywhere's), and on a plain approx scope with Laplace counts and a live svt monitor (its budget debited once, when the stream opens it; its
    state sealed in the ledger after each window): `dpstream run` in a subprocess is SIGKILLed after its first
    window is published (mid period); the same job run again resumes the stream in a new session, continues the
    monitor from its sealed state, releases the remaining windows without paying the first period (or window,
@@ -31,7 +32,7 @@ from datetime import datetime
 
 import pytest
 
-from dpstream.accounting.events import Composed, SelfComposed
+from dpstream.accounting.events import Composed
 from dpstream.accounting.ledger import Ledger
 from dpstream.pipelines.config import jobfile
 from dpstream.pipelines.run import runner, status
@@ -42,12 +43,15 @@ USERS = 10
 
 
 LAPLACE_COUNTS_AND_ALERTS = COUNTS_AND_ALERTS.replace('name = "counts"\n', 'name = "counts"\nnoise = "laplace"\n', 1)
-PLAIN_SCOPES = {"plain": "gdp", "alerts": "approx:release_delta=1e-6"}  # scope -> filter; paid per window
+PLAIN_SCOPES = {"plain": "gdp", "alerts": "approx:release_delta=1e-6",  # scope -> filter; paid per window
+                "prepaid": "approx:release_delta=1e-6"}  # Gaussian windows there: the plan is paid when it opens
 KILLED = {  # pays -> (scope, releases, epsilon, users per window): what the kill-and-resume test runs
     "period": ("periods", COUNTS_AND_TOP, 2.0, (USERS,) * 3),
     "window": ("plain", COUNTS_AND_TOP, 2.0, (USERS,) * 3),
     "svt": ("alerts", LAPLACE_COUNTS_AND_ALERTS, 4.0, (36, 4, 40)),  # the monitor alerts on some windows only
+    "prepaid": ("prepaid", COUNTS_AND_TOP, 2.0, (USERS,) * 3),
 }
+RESUMED = ("period", "svt", "prepaid")  # "window" is test_stream_kill_anywhere's
 
 
 def _job(start: float, windows: int, window_s: int, period_s: int | None, lateness_s: int, input_table: str,
@@ -128,10 +132,12 @@ def test_an_open_ended_stream_pays_each_period_when_its_first_window_is_released
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("pays", list(KILLED))
+@pytest.mark.parametrize("pays", RESUMED)
 def test_a_killed_stream_resumes_and_equals_one_batch_run(emulator, tmp_path, pays):
-    """On a period scope (user x 50 s unit: windows 0-1 in one period, window 2 in the next), on a plain gdp
-    scope (a user over the whole range, paid window by window), and on a plain approx scope with an svt monitor
+    """On a period scope (user x 50 s unit: windows 0-1 in one period, window 2 in the next), on a plain approx
+    scope with Gaussian counts (a user over the whole range; the whole plan prepaid when the stream opened, then
+    each window journaled once: a scope left where one run of the plan leaves it), and on a plain approx scope
+    with an svt monitor
     (opened with one debit; sealed in the ledger after each window, so the resumed session continues it where
     the killed one published its last alert). On the plain scopes the output directory is also deleted before
     the resume (issue 32, case 1): window 0 is written again from the ledger's journal, not computed again from
@@ -165,7 +171,8 @@ def test_a_killed_stream_resumes_and_equals_one_batch_run(emulator, tmp_path, pa
         _publish(emulator[0], topic, after)
         with Ledger(ledger) as book:
             (killed,) = book.streams_of(scope)
-            assert len(book.history(scope)) == 1 + bool(monitors)  # window 0 (or its period), the opening
+            assert len(book.history(scope)) == 1 + bool(monitors)  # window 0 (or its period, or the whole
+            # plan when the stream prepaid it), the monitors' opening
             for name in monitors:  # sealed after window 0, whose alert was published
                 assert book.monitor_record(scope, name).next_start == start + window_s
         assert killed.status == "streaming" and len(killed.debited) == 1
@@ -190,10 +197,13 @@ def test_a_killed_stream_resumes_and_equals_one_batch_run(emulator, tmp_path, pa
     assert done["streams"][0]["status"] == "finished"
     unit = "period" if period_s else "window"
     steps = 2 if period_s else 3  # periods, or windows
+    prepaid = pays == "prepaid"
     assert len(done["streams"][0][f"{unit}s_debited"]) == steps and done["report"]["stream"] == killed.stream_id
-    assert any("stream" in line and "finished (session 2" in line for line in status.status_lines(done))
+    assert any("stream" in line and "finished (session 2" in line and ("whole plan prepaid" in line) == prepaid
+               for line in status.status_lines(done))
     report = (tmp_path / "out" / "report.md").read_text()
-    assert f"each {unit} was debited once" in report and f"{unit.title()}s debited so far: " in report
+    assert (f"each {unit} was debited once" in report and f"{unit.title()}s debited so far: " in report) != prepaid
+    assert ("paid its whole plan" in report and "Windows published so far: 3" in report) == prepaid
     assert ("The budget of svt monitor(s) busy was debited once" in report) == bool(monitors)
     with Ledger(ledger) as book:
         (stream,) = book.streams_of(scope)
@@ -202,13 +212,12 @@ def test_a_killed_stream_resumes_and_equals_one_batch_run(emulator, tmp_path, pa
         streamed = {name: book.monitor_record(scope, name) for name in monitors}
     assert (stream.stream_id, stream.session, stream.status) == (killed.stream_id, 2, "finished")
     assert len(stream.debited) == steps, f"each {unit} debited once across both sessions"
-    assert len(history) == steps + bool(monitors), "and the monitors' opening once, in the first session"
-    if not period_s:  # the window debits (and the opening) leave the scope where one debit of the whole plan would
-        whole = SelfComposed(stream.event, windows)
+    assert len(history) == (1 if prepaid else steps + bool(monitors)), "and an opening once, in the first session"
+    if not period_s:  # the window debits (and the opening) leave the scope where one run of the plan would
+        plan = runner.budget(jobfile.load(str(job_path)), ledger).plan
         with Ledger(ledger) as book:
             book.init_scope("whole", 40.0, 1e-5, PLAIN_SCOPES[scope])
-            opening = [r.event for r in history if "opening svt monitor" in r.label]
-            book.spend("whole", Composed((*opening, whole)), "the plan at once")
+            assert book.spend("whole", Composed(tuple(plan.events(frozenset()))), "the plan at once").admitted
             expected = book.show("whole").state
         assert left.keys() == expected.keys()
         for key, value in left.items():

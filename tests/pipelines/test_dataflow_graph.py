@@ -12,6 +12,7 @@ from apache_beam.options.pipeline_options import StandardOptions
 from dpstream.accounting.ledger import Ledger
 from dpstream.pipelines.config import jobfile
 from dpstream.pipelines.run import runner
+from dpstream.pipelines.run.budget import AT_END, WINDOW
 from dpstream.pipelines.run.job_graph import build_pipeline
 from dpstream.pipelines.run.payment import StreamPayer
 
@@ -115,7 +116,7 @@ def test_a_live_svt_monitor_s_graph_translates_for_dataflow_with_only_its_openin
     """A plain-scope stream paid window by window with an svt monitor: the stateful monitor, the Reshuffle that
     hands the writer committed answers, and the sealing writer translate to a streaming job; the only debit is
     the monitor's budget, debited once when the stream opened it. (Four windows: over many more, the accountant
-    prices the Laplace windows together below their sum, and the stream would pay at its end instead.)"""
+    prices the Laplace windows together below their sum, and the stream would prepay its whole plan instead.)"""
     (tmp_path / "job.toml").write_text(SVT_JOB)
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
     with Ledger(url, create=True) as ledger:
@@ -123,8 +124,9 @@ def test_a_live_svt_monitor_s_graph_translates_for_dataflow_with_only_its_openin
     job = jobfile.load(str(tmp_path / "job.toml"))
     options = runner.beam_options(job, DATAFLOW)
     job_budget = runner.budget(job, url)
-    assert job_budget.window_payment(job.output.path, "DataflowRunner") is None
-    assert "commit a stateful step" in job_budget.window_payment(job.output.path, "FlinkRunner")
+    assert job_budget.stream_payment(job.output.path, "DataflowRunner").mode == WINDOW
+    flink = job_budget.stream_payment(job.output.path, "FlinkRunner")
+    assert flink.mode == AT_END and "commit a stateful step" in flink.reason
     ticket = job_budget.open_stream("graph", job.output.path)
     parts = {spec.name: f"{job.output.path}/windows/{spec.name}" for spec in job.releases}
     payer = StreamPayer(url, ticket.stream_id, ticket.session, job.window, None, None)

@@ -17,6 +17,8 @@ from dpstream.accounting.ledger import Ledger, PeriodGrid, Periods
 from dpstream.pipelines.config.specs import ContributionBounds, HistogramSpec, PeakSpec, WindowSpec
 from dpstream.pipelines.planning import plan_job
 from dpstream.pipelines.run import streaming
+from dpstream.pipelines.run.budget import PREPAID, StreamPayment
+from dpstream.pipelines.run.budget import WINDOW as PER_WINDOW
 from dpstream.pipelines.run.paid_stream import answered_before, mark_answered, resume_point
 from dpstream.pipelines.run.payment import StreamPayer
 from dpstream.pipelines.transforms.windowing import window_bounds_iso
@@ -44,6 +46,29 @@ def test_a_session_resumes_at_the_first_undecided_window_unless_state_spans_wind
     assert resume_point(capped, WINDOW, GRID, {"h": set(range(9))}, {"h": ALL}) == 12  # skips the rest
     peaks = _plan(ContributionBounds(), PeakSpec("p", period=4 * HOUR, maximum=100.0))
     assert resume_point(peaks, WINDOW, GRID, {"h": {0, 1, 2, 3, 4, 5}, "p": {3}},
+                        {"h": ALL, "p": (3, 7, 11)}) == 8
+
+
+def test_a_prepaid_stream_on_a_plain_scope_never_resumes_inside_state_an_earlier_session_touched():
+    """A plain scope has no period grid; a prepaid stream's cross-window state lives per cap group (the job's unit
+    period, or the whole range without one) and per peak period. A resume starts after every group and peak
+    period a decided (or paid) window touched; with no state, at the first undecided window."""
+    def plain_plan(bounds, unit_period=None, *extra):
+        return plan_job([HistogramSpec("h", partitions=("a", "b")), *extra], bounds, WINDOW, 1.0, 1e-6, unit_period)
+
+    free = plain_plan(ContributionBounds())
+    assert resume_point(free, WINDOW, None, {"h": {0, 1, 2, 5}}, {"h": ALL}) == 3
+    whole_range = plain_plan(ContributionBounds(max_windows=2))
+    assert set(whole_range.window_cap.unit_of_window) == {0}
+    assert resume_point(whole_range, WINDOW, None, {"h": set()}, {"h": ALL}) == 0
+    assert resume_point(whole_range, WINDOW, None, {"h": {0}}, {"h": ALL}) == 12  # one group: nothing more
+    assert resume_point(whole_range, WINDOW, None, {"h": set()}, {"h": ALL}, paid=(3,)) == 12
+    per_unit = plain_plan(ContributionBounds(max_windows=2), GRID)
+    assert resume_point(per_unit, WINDOW, None, {"h": {0, 1, 2, 3, 4}}, {"h": ALL}) == 8  # next 4-hour group
+    assert resume_point(per_unit, WINDOW, None, {"h": {0, 1, 2, 3}}, {"h": ALL}) == 4
+    assert resume_point(per_unit, WINDOW, None, {"h": set()}, {"h": ALL}, paid=(9,)) == 12
+    peaks = plain_plan(ContributionBounds(), None, PeakSpec("p", period=4 * HOUR, maximum=100.0))
+    assert resume_point(peaks, WINDOW, None, {"h": {0, 1, 2, 3, 4, 5}, "p": {3}},
                         {"h": ALL, "p": (3, 7, 11)}) == 8
 
 
@@ -204,8 +229,14 @@ def test_detach_is_refused_where_the_launcher_cannot_leave(tmp_path):
         runner.run(job, ledger_url=url, log=lambda _: None, detach=True)
     assert caught.value.exit_code == 2
     plain = _pubsub_job(tmp_path, PUBSUB_JOB.replace('scope = "s"', 'scope = "plain"'))
-    with pytest.raises(runner.RunError, match="--detach applies to streams that pay as they release"):
-        runner.run(plain, ledger_url=url, log=lambda _: None, detach=True)
+    with pytest.raises(runner.RunError, match="the DirectRunner runs the pipeline inside this process"):
+        runner.run(plain, ledger_url=url, log=lambda _: None, detach=True)  # prepaid: it publishes as it goes
+    monitored = _pubsub_job(tmp_path, PLAIN_JOB.replace('name = "h"\n', 'name = "h"\nnoise = "laplace"\n')
+                            .replace("epsilon = 1.0", "epsilon = 4.0") + SVT_RELEASE)
+    logged: list[str] = []
+    with pytest.raises(runner.RunError, match="--detach applies to streams that publish as they release"):
+        runner.run(monitored, ledger_url=url, beam_args=["--runner=FlinkRunner"], log=logged.append, detach=True)
+    assert any("pays scope 'plain' once, when it ends" in line for line in logged)
     with Ledger(url) as book:
         assert book.history("s") == [] and book.streams_of("s") == [] and book.runs_of("plain") == []
 
@@ -235,7 +266,8 @@ PLAIN_JOB = PUBSUB_JOB.replace('unit_period = "4h"\n', "").replace('scope = "s"'
 def test_a_plain_scope_stream_pays_per_window_only_where_that_costs_no_more(tmp_path, scope_filter, pays_per_window):
     """Gaussian windows: a gdp or zcdp scope charges 8 windows one at a time what it charges them at once; the
     approx filter prices the whole plan by the accountant, below the sum of its windows' prices, so the stream
-    pays at its end instead (and says why). Either way nothing is debited before a window is published."""
+    prepays its whole plan when it opens instead (and says why). Either way it publishes window by window, and
+    nothing is debited before the stream opens."""
     from dpstream.pipelines.run import runner
 
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
@@ -243,12 +275,13 @@ def test_a_plain_scope_stream_pays_per_window_only_where_that_costs_no_more(tmp_
         book.init_scope("plain", 10.0, 1e-5, scope_filter)
     job = _pubsub_job(tmp_path, PLAIN_JOB)
     job_budget = runner.budget(job, url)
-    assert (job_budget.window_payment(str(tmp_path / "out")) is None) == pays_per_window
+    payment = job_budget.stream_payment(str(tmp_path / "out"))
+    assert payment.mode == (PER_WINDOW if pays_per_window else PREPAID)
+    assert (payment.reason is None) == pays_per_window
     logged: list[str] = []
-    expected = "the DirectRunner runs the pipeline inside this process" if pays_per_window else "--detach applies to"
-    with pytest.raises(runner.RunError, match=expected):
+    with pytest.raises(runner.RunError, match="the DirectRunner runs the pipeline inside this process"):
         runner.run(job, ledger_url=url, log=logged.append, detach=True)
-    assert any("pays scope 'plain' once, when it ends" in line for line in logged) != pays_per_window
+    assert any("pays scope 'plain' its whole plan once, when it opens" in line for line in logged) != pays_per_window
     with Ledger(url) as book:
         assert book.history("plain") == [] and book.streams_of("plain") == []
 
@@ -260,8 +293,8 @@ def test_windows_that_share_state_are_not_paid_one_at_a_time(tmp_path):
     with Ledger(url, create=True) as book:
         book.init_scope("plain", 10.0, 1e-5, "gdp")
     capped = PLAIN_JOB.replace("delta = 1e-6\n", "delta = 1e-6\nmax_windows = 2\n")
-    reason = runner.budget(_pubsub_job(tmp_path, capped), url).window_payment(str(tmp_path / "out"))
-    assert reason is not None and "caps across windows" in reason
+    payment = runner.budget(_pubsub_job(tmp_path, capped), url).stream_payment(str(tmp_path / "out"))
+    assert payment.mode == PREPAID and "caps across windows" in payment.reason
 
 
 def test_on_a_plain_scope_each_window_is_paid_once_and_a_refused_one_is_never_published(tmp_path):
@@ -301,12 +334,12 @@ def test_a_plain_scope_stream_that_paid_some_windows_resumes_window_by_window(tm
         total = book.show("plain").state["remaining_mu"]
         spent = math.sqrt(total**2 - 0.75 * plan_mu**2)  # leaves room for 6 of the 8 windows
         book.spend("plain", Gaussian(1.0, spent), "another job")
-    assert job_budget.window_payment(output) is not None  # a new stream would pay at the end
+    assert job_budget.stream_payment(output).mode == PREPAID  # a new stream would prepay its whole plan
     with Ledger(url) as book:
         ticket = book.open_stream("plain", window, "job", output=output, job=job_budget.job_digest())
         book.debit_stream(ticket.stream_id, 1, (0, 1, 2, 3))
         book.end_stream(ticket.stream_id, 1, finished=False)
-    assert job_budget.window_payment(output) is None  # its stream resumes, paying the windows not yet paid
+    assert job_budget.stream_payment(output) == StreamPayment(PER_WINDOW, None)  # it resumes, paying windows not yet paid
 
 
 class _PublishesBeforeSealing(streaming._WritePart):
@@ -377,7 +410,7 @@ def test_a_stream_with_an_svt_monitor_pays_per_window_where_its_windows_and_open
                                                                                            pays_per_window):
     """On an approx scope the monitor's budget plus Laplace windows cost their sum however they are split, so the
     stream opens the monitor and pays window by window; Gaussian windows compose below their sum there, so the
-    stream pays its whole plan at its end. A resumed stream's monitor answers from where its record continues."""
+    stream prepays its whole plan when it opens. A resumed stream's monitor answers from where its record continues."""
     from dpstream.pipelines.run import runner
 
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
@@ -386,7 +419,7 @@ def test_a_stream_with_an_svt_monitor_pays_per_window_where_its_windows_and_open
     text = PLAIN_JOB.replace('name = "h"\n', f'name = "h"\nnoise = "{noise}"\n').replace(
         "epsilon = 1.0", "epsilon = 4.0") + SVT_RELEASE
     job_budget = runner.budget(_pubsub_job(tmp_path, text), url)
-    assert (job_budget.window_payment(str(tmp_path / "out")) is None) == pays_per_window
+    assert (job_budget.stream_payment(str(tmp_path / "out")).mode == PER_WINDOW) == pays_per_window
     assert job_budget.monitor_starts() == {"busy": 0}
     # a session died after sealing the monitor past window 2 but before publishing alerts 1 and 2: those two are
     # decided as never published, the counts of windows 2.. are still released, the monitor answers from window 3
@@ -417,7 +450,7 @@ def test_monitors_sealed_at_different_windows_each_resume_where_their_record_con
     job = _pubsub_job(tmp_path, text)
     output = str(tmp_path / "out")
     job_budget = runner.budget(job, url)
-    assert job_budget.window_payment(output) is None
+    assert job_budget.stream_payment(output).mode == PER_WINDOW
     ticket = job_budget.open_stream("job", output)
     with Ledger(url) as book:
         for name, after in (("busy", 3), ("quiet", 2)):
