@@ -5,10 +5,19 @@ column mapping names its keys (`user`, `partition`, optional `value`). The
 event time comes either from a key of the object (`timestamp`, parsed like a
 file column with `timestamp_format` and `timezone`) or from a message
 attribute (`timestamp_attribute`, milliseconds since the epoch or RFC 3339),
-which Beam's `ReadFromPubSub` also uses for the source watermark. Prefer the
-attribute: with a JSON key the watermark follows publish time, so an event
-published after its window closed is dropped as late (never released twice:
-windows fire once, with no allowed lateness). Messages are grouped per bundle
+which Beam's `ReadFromPubSub` also uses for the source watermark.
+
+Which records arrive late must not depend on other units' records (a release would
+then count more of the others' data when one unit is present). With a JSON key the
+watermark follows the messages' publish times, which Pub/Sub stamps on arrival and
+no record's content sets: a record is dropped as late exactly when it is published
+after its window's release time, a fact about itself. With an attribute, Dataflow
+and Flink estimate the watermark from the attribute values of the messages in the
+backlog, so one unit's old (or future) timestamps hold back (or advance) every
+window; only the DirectRunner holds its Pub/Sub watermark at the wall clock
+(`WALL_CLOCK_RUNNERS`). So an attribute is read on the DirectRunner only
+(`attribute_watermark_refusal`; docs/proofs/pipelines.run.stream.md, "Late data").
+Messages are grouped per bundle
 into `EVENT_SCHEMA` record batches and converted with the file readers' code
 (`readers.to_events`); a message that is not a JSON object, or lacks a mapped
 key, fails the pipeline with one line naming the subscription, message id and
@@ -37,13 +46,31 @@ from apache_beam.utils.windowed_value import WindowedValue
 from dpstream.connectors import timestamps
 from dpstream.connectors.errors import InputError
 from dpstream.connectors.readers import to_events
-from dpstream.connectors.schema import EventColumns
+from dpstream.connectors.schema import PUBLISHED, EventColumns
 
 FORMAT = "pubsub"
 BATCH_MESSAGES = 1000
 _TOPIC = re.compile(r"^projects/[^/]+/topics/[^/]+$")
 _SUBSCRIPTION = re.compile(r"^projects/[^/]+/subscriptions/[^/]+$")
 _EVENT_TIME = "\x00event_time"  # the column that holds attribute timestamps during conversion
+
+
+WALL_CLOCK_RUNNERS = ("DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner")
+"""Runners whose Pub/Sub read holds its watermark at the wall clock whatever the messages' timestamp attributes
+say (Beam's `_PubSubReadEvaluator.finish_bundle` returns the time of day), the only ones an attribute may be read
+on."""
+
+
+def attribute_watermark_refusal(source: "PubSubSource", runner: str) -> str | None:
+    """Why `source` may not be read on the runner named `runner`, or None: its event time is a message attribute
+    (`timestamp_attribute`) and the runner's watermark follows it (every runner but `WALL_CLOCK_RUNNERS`), so one
+    unit's timestamps would decide which of the other units' records are dropped as late."""
+    if source.timestamp_attribute is None or runner in WALL_CLOCK_RUNNERS:
+        return None
+    return (f"{source.path}: input.timestamp_attribute {source.timestamp_attribute!r} sets the Pub/Sub watermark on "
+            f"{runner}, so one user's timestamps could decide which of the other users' records are dropped as late, "
+            f"beyond the contribution bounds; put the event time in the message body and name its key in "
+            f"input.timestamp (the watermark then follows Pub/Sub's publish times), or run on the DirectRunner")
 
 
 def check_topic(where: str, topic: str) -> None:
@@ -108,7 +135,8 @@ class PubSubSource:
 
 
 def messages_to_events(source: PubSubSource, messages: list[tuple[bytes, int, str]]) -> pa.RecordBatch:
-    """(data, element timestamp in microseconds, message id) triples -> one EVENT_SCHEMA record batch."""
+    """(data, element timestamp in microseconds, message id) triples -> one EVENT_SCHEMA record batch; with a
+    JSON-key event time the element timestamp is the publish time, appended as the `PUBLISHED` column."""
     objects = []
     for data, _, message_id in messages:
         try:
@@ -130,14 +158,18 @@ def messages_to_events(source: PubSubSource, messages: list[tuple[bytes, int, st
             arrays[key] = pa.array(values)
         except (pa.ArrowInvalid, pa.ArrowTypeError):  # mixed JSON types: text, so the conversion names the problem
             arrays[key] = pa.array([v if v is None or isinstance(v, str) else json.dumps(v) for v in values], pa.string())
+    micros = np.fromiter((m[1] for m in messages), dtype=np.int64, count=len(messages))
     if source.timestamp_attribute is None:
         conversion = EventColumns(source.user, columns["timestamp"], source.partition, source.value,
                                   source.timestamp_format, source.timezone)
     else:
-        micros = np.fromiter((m[1] for m in messages), dtype=np.int64, count=len(messages))
         arrays[_EVENT_TIME] = pa.array(micros, pa.timestamp("us", tz="UTC"))
         conversion = EventColumns(source.user, _EVENT_TIME, source.partition, source.value, "auto", source.timezone)
-    return to_events(pa.table(arrays), conversion, source.path, lambda i: f"message {messages[i][2]}")
+    events = to_events(pa.table(arrays), conversion, source.path, lambda i: f"message {messages[i][2]}")
+    if source.timestamp_attribute is not None:
+        return events
+    assert events.num_rows == len(messages), "to_events keeps every row or refuses the batch"
+    return events.append_column(PUBLISHED, pa.array(micros, pa.int64()))
 
 
 class _ToEventBatches(beam.DoFn):
@@ -184,6 +216,9 @@ class ReadPubSubEvents(beam.PTransform):
         return {"source": self.source.path, "timestamp_attribute": self.source.timestamp_attribute or ""}
 
     def expand(self, pbegin):
+        refusal = attribute_watermark_refusal(self.source, type(pbegin.pipeline.runner).__name__)
+        if refusal is not None:
+            raise ValueError(refusal)
         return (
             pbegin
             | "Read messages" >> ReadFromPubSub(

@@ -5,6 +5,7 @@
     timestamp  int64    event time, microseconds since the Unix epoch, UTC
     partition  string   the partition key (e.g. destination airport)
     value      float64  the value summed (1.0 when the job counts events)
+A Pub/Sub source whose event time is a JSON key adds a fifth column, `PUBLISHED`.
 It lives with the connectors, which produce it, so that connectors never import the pipelines.
 `EventColumns` says which input column (or JSON key) holds each event field and how timestamps are read.
 """
@@ -26,6 +27,12 @@ EVENT_SCHEMA = pa.schema(
 )
 
 MICROS = 1_000_000
+
+PUBLISHED = "published"
+"""The optional fifth column (int64 microseconds since the epoch): each record's Pub/Sub publish time, stamped by
+Pub/Sub, never by the record. Bounding drops a record from every window released before it was published
+(`pipelines.transforms.bounding`), so whether it is late is a fact about itself, not about the watermark that
+other records move (docs/proofs/pipelines.run.stream.md, "Late data")."""
 
 
 @dataclass(frozen=True)

@@ -90,7 +90,7 @@ def check_event_time(window: WindowSpec, options: PipelineOptions, now: float, f
     raise RunError(f"the {which} ends at {instant_text(window.bounds(first)[1])}, {when}: on the DirectRunner "
                    f"a Pub/Sub read's watermark follows the wall clock, not the timestamp attribute, so past windows "
                    f"would be released from noise alone; replay past events from a file (input.format = \"jsonl\") "
-                   f"or run on Dataflow, or start the range after now; nothing was debited")
+                   f"or start the range after now; nothing was debited")
 
 
 def check_runner(options: PipelineOptions, allow_unverified: str | None = None) -> None:

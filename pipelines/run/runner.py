@@ -112,7 +112,9 @@ def validate(job: Job) -> tuple[JobPlan, InputScan | None]:
     where the first `input_scan.VALIDATE_ROWS` rows fall against the range (None for a subscription)."""
     job_plan = plan(job)
     _check_input(job)
-    check_job_runner(beam_options(job, ()), job.beam.allow_unverified_runner)
+    options = beam_options(job, ())
+    check_job_runner(options, job.beam.allow_unverified_runner)
+    _check_watermark(job, options)
     if job.input.format == PUBSUB:
         return job_plan, None
     return job_plan, _scan(job, max_rows=VALIDATE_ROWS)
@@ -126,6 +128,18 @@ def _check_input(job: Job) -> None:
         check_input(job.input)
     except InputError as err:
         raise RunError(str(err)) from err
+
+
+def _check_watermark(job: Job, options: PipelineOptions) -> None:
+    """RunError (exit 2) for a Pub/Sub job whose event time is a message attribute on a runner whose watermark
+    follows it (`pubsub.attribute_watermark_refusal`), before the ledger is asked."""
+    if job.input.format != PUBSUB:
+        return
+    from dpstream.connectors.pubsub import attribute_watermark_refusal  # imports the Pub/Sub client
+
+    refusal = attribute_watermark_refusal(job.input, runner_name(options))
+    if refusal is not None:
+        raise RunError(f"{job.source}: {refusal}; nothing was debited")
 
 
 def _scan(job: Job, **limits) -> InputScan:
@@ -195,6 +209,7 @@ def run(
                        f"(input.format = {PUBSUB!r}) jobs only, got {max_seconds!r} for input.format {job.input.format!r}")
     options = beam_options(job, beam_args)
     check_runner(options, job.beam.allow_unverified_runner)
+    _check_watermark(job, options)
     check_memory(plan_size(job_budget.plan), options, job.beam.max_memory_gb)
     _check_range(job)  # reads the input's first rows: after every check that needs no data
     grid = job_budget.scope_grid() if streaming else None

@@ -36,6 +36,11 @@ Across windows (`cap`, from `[privacy] max_windows` C and `[privacy] max_partiti
 Each unit's choice depends only on its own records and independent keys, never on arrival order. Proof:
 docs/proofs/pipelines.transforms.bounding.max_windows.md.
 
+Late records (streaming): a batch with a `PUBLISHED` column (a Pub/Sub source whose event time is a JSON key)
+drops each record from every window released (end plus allowed lateness) at or before its publish time, in step
+1, so whether a record counts in a window depends on its own event and publish times only; the watermark, which
+other records move, then only decides when the window fires (docs/proofs/pipelines.run.stream.md, "Late data").
+
 Proof: docs/proofs/pipelines.transforms.bounding.BoundContributions.md.
 With `units`, step 3 also counts, per partition, the users it kept (each
 user adds 1 to at most `max_partitions` of these counts).
@@ -71,7 +76,7 @@ from apache_beam.coders import PickleCoder
 from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateSpec
 from apache_beam.transforms.window import GlobalWindows, TimestampedValue
 
-from dpstream.connectors.schema import EVENT_SCHEMA
+from dpstream.connectors.schema import EVENT_SCHEMA, PUBLISHED
 from dpstream.pipelines.config.specs import ContributionBounds, WindowSpec
 from dpstream.pipelines.mechanisms.fixedpoint import code_sums, group_sums, label_sums, to_units
 from dpstream.pipelines.mechanisms.noise import SecureRandom
@@ -80,6 +85,7 @@ from dpstream.pipelines.planning.windows import WindowCap
 from dpstream.pipelines.transforms.windowing import (
     PublicWindows,
     beam_windows,
+    release_times,
     window_indices,
     window_timestamp,
 )
@@ -254,6 +260,16 @@ def _python(values: pa.Array) -> np.ndarray:
     return values.to_numpy(zero_copy_only=False)
 
 
+def _published_in_time(batch: pa.RecordBatch, rows: np.ndarray, windows: np.ndarray,
+                       releases: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, windows), aligned pairs, without those whose record was published at or after its window's release
+    time (`releases[i]`, microseconds): a fact about the record alone. Batches without `PUBLISHED` unchanged."""
+    if PUBLISHED not in batch.schema.names:
+        return rows, windows
+    keep = batch.column(PUBLISHED).to_numpy()[rows] < releases[windows]
+    return rows[keep], windows[keep]
+
+
 class _PreAggregate(beam.DoFn):
     """One record batch -> ((window index, shard), `_Piece`) pieces, at most max_contributions records per group.
 
@@ -274,6 +290,7 @@ class _PreAggregate(beam.DoFn):
     def setup(self):
         self._keys = _Keys(self._seed, "records")
         self._shard_keys = _Keys(0, "shards")
+        self._releases = release_times(self._window)
 
     def process(self, batch: pa.RecordBatch):
         if batch.schema.names[:4] != EVENT_SCHEMA.names:
@@ -284,7 +301,7 @@ class _PreAggregate(beam.DoFn):
         partitions, partition_codes = self._partition_codes(batch.column(2))
         rows = np.arange(batch.num_rows) if self._partitions is None else np.flatnonzero(partition_codes >= 0)
         positions, windows = window_indices(timestamps[rows], self._window)
-        rows = rows[positions]
+        rows, windows = _published_in_time(batch, rows[positions], windows, self._releases)
         if rows.size == 0:
             return
         narrow = np.int16 if self._window.count < 2**15 else np.int64  # int16: numpy's stable sort is a radix sort

@@ -93,6 +93,11 @@ def release_micros(window: WindowSpec, index: int) -> int:
     return window_end_micros(window, index) + _micros(window.allowed_lateness)
 
 
+def release_times(window: WindowSpec) -> np.ndarray:
+    """`release_micros` of every window, as an int64 array indexed by window."""
+    return np.array([release_micros(window, index) for index in range(window.count)], dtype=np.int64)
+
+
 def window_timestamp(window: WindowSpec, index: int) -> Timestamp:
     """The timestamp at which pieces of window `index` travel: its release time minus one microsecond."""
     return Timestamp(micros=release_micros(window, index) - 1)

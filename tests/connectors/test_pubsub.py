@@ -5,19 +5,25 @@ import pytest
 
 from dpstream.connectors.errors import InputError
 from dpstream.connectors.pubsub import PubSubSource, messages_to_events
+from dpstream.connectors.schema import PUBLISHED
 from dpstream.pipelines.config import jobfile
 
 SUBSCRIPTION = "projects/p/subscriptions/events"
 
 
-def test_attribute_and_key_timestamps_give_the_same_events():
+def test_attribute_and_key_timestamps_give_the_same_events_and_a_key_source_keeps_publish_times():
+    """A JSON-key event time leaves the element timestamp, the publish time, as the PUBLISHED column (bounding
+    drops a record from the windows released before it was published); an attribute source has none."""
     by_attribute = PubSubSource(user="u", partition="d", subscription=SUBSCRIPTION, timestamp_attribute="ts", value="v")
     by_key = PubSubSource(user="u", partition="d", subscription=SUBSCRIPTION, timestamp="t", value="v")
     micros = 1_357_016_400_000_000  # 2013-01-01T05:00:00Z
     messages = [(json.dumps({"u": 7, "d": "JFK", "v": 2.5, "t": "2013-01-01T05:00:00Z"}).encode(), micros, "1")]
-    first, second = messages_to_events(by_attribute, messages), messages_to_events(by_key, messages)
-    assert first.equals(second)
+    first = messages_to_events(by_attribute, messages)
+    published = [(data, micros + 90_000_000, message_id) for data, _, message_id in messages]  # 90 s later
+    second = messages_to_events(by_key, published)
+    assert first.equals(second.drop_columns([PUBLISHED]))
     assert first.to_pylist() == [{"user": "7", "timestamp": micros, "partition": "JFK", "value": 2.5}]
+    assert second.column(PUBLISHED).to_pylist() == [micros + 90_000_000] and PUBLISHED not in first.schema.names
 
 
 def test_bad_messages_name_the_subscription_and_message_id():

@@ -7,6 +7,8 @@ workers' payer opened on the ledger, and nothing is debited. Needs apache-beam[g
 """
 from __future__ import annotations
 
+import apache_beam as beam
+import pytest
 from apache_beam.options.pipeline_options import StandardOptions
 
 from dpstream.accounting.ledger import Ledger
@@ -20,7 +22,7 @@ JOB = """
 [input]
 format = "pubsub"
 subscription = "projects/demo-project/subscriptions/events"
-timestamp_attribute = "ts"
+timestamp = "time"
 user = "user"
 partition = "dest"
 value = "delay"
@@ -83,7 +85,7 @@ SVT_JOB = """
 [input]
 format = "pubsub"
 subscription = "projects/demo-project/subscriptions/events"
-timestamp_attribute = "ts"
+timestamp = "time"
 user = "user"
 partition = "dest"
 partitions = ["A", "B", "C"]
@@ -140,3 +142,39 @@ def test_a_live_svt_monitor_s_graph_translates_for_dataflow_with_only_its_openin
         (opening,) = ledger.history("alerts")
         assert "opening svt monitor(s) busy" in opening.label
         assert ledger.streams_of("alerts")[0].monitors == ("busy",)
+
+
+@pytest.mark.parametrize("runner_args, refused", [(DATAFLOW, True), (["--runner=FlinkRunner"], True),
+                                                  (["--runner=DirectRunner"], False)])
+def test_an_attribute_timestamp_is_refused_where_it_drives_the_watermark(tmp_path, runner_args, refused):
+    """Issue 32, case 9: on Dataflow and Flink a Pub/Sub read's watermark follows the timestamp attribute of the
+    backlog's messages, so one user's timestamps would decide which other users' records are dropped as late;
+    there a job reading the attribute is refused before the ledger is asked (by `dpstream run` and by the
+    connector's transform, for library pipelines), and a JSON-key timestamp, whose watermark follows publish
+    times, is accepted. The DirectRunner holds its Pub/Sub watermark at the wall clock: accepted."""
+    from dpstream.connectors.pubsub import ReadPubSubEvents
+
+    (tmp_path / "job.toml").write_text(JOB.replace('timestamp = "time"', 'timestamp_attribute = "ts"'))
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    with Ledger(url, create=True) as ledger:
+        ledger.init_scope("hourly", 100.0, 1e-4, "approx:release_delta=1e-6", unit_period=86400)
+    job = jobfile.load(str(tmp_path / "job.toml"))
+    options = runner.beam_options(job, runner_args)
+    if refused:
+        with pytest.raises(runner.RunError, match="sets the Pub/Sub watermark on") as caught:
+            runner._check_watermark(job, options)
+        assert caught.value.exit_code == 2 and "input.timestamp" in str(caught.value)
+        if "--dry_run=True" not in runner_args:  # `dpstream run` (a dry run is refused for another reason)
+            with pytest.raises(runner.RunError, match="sets the Pub/Sub watermark on"):
+                runner.run(job, ledger_url=url, beam_args=runner_args, log=lambda _: None)
+        with pytest.raises(ValueError, match="sets the Pub/Sub watermark"):
+            beam.Pipeline(options=options) | ReadPubSubEvents(job.input)
+    else:
+        runner._check_watermark(job, options)
+        beam.Pipeline(options=options) | ReadPubSubEvents(job.input)
+    with Ledger(url) as ledger:
+        assert ledger.history("hourly") == [] and ledger.streams_of("hourly") == []
+    (tmp_path / "keyed.toml").write_text(JOB)
+    keyed = jobfile.load(str(tmp_path / "keyed.toml"))
+    assert keyed.input.timestamp_attribute is None
+    runner._check_watermark(keyed, options)  # a JSON key: accepted on every runner

@@ -6,12 +6,15 @@ import os
 import tempfile
 
 import apache_beam as beam
+import numpy as np
+import pyarrow as pa
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.test_stream import TestStream
 from apache_beam.testing.util import assert_that, equal_to
 
+from dpstream.connectors.schema import MICROS, PUBLISHED
 from dpstream.pipelines.config import jobfile
 from dpstream.pipelines.config.specs import ContributionBounds, HistogramSpec, SpecError, WindowSpec
 from dpstream.pipelines.planning import plan_job
@@ -104,3 +107,60 @@ name = "h"
     assert jobfile.load(str(path)).window.allowed_lateness == 2 * HOUR
     path.write_text(text.replace('allowed_lateness = "2h"\n', ""))
     assert jobfile.load(str(path)).window.allowed_lateness == 0.0
+
+
+# Issue 32, case 9: one user's record moving the watermark must not decide which of the others' records count.
+HELD_BY = events(["z"], [START + 100], ["A"])  # the neighbouring input's extra user: an old timestamp, in time
+
+
+def _published(batch, seconds: float):
+    """A Pub/Sub batch whose event time is a JSON key: its records' publish time as the PUBLISHED column."""
+    return batch.append_column(PUBLISHED, pa.array(np.full(batch.num_rows, int(seconds * MICROS), np.int64)))
+
+
+def _watermark_schedule(held: bool, with_publish_times: bool) -> TestStream:
+    """Day 0's records (released at START + DAY); WITHIN's are published 20 minutes after that. On Dataflow a
+    watermark estimated from timestamp attributes stays behind while a message with an old timestamp sits in the
+    backlog (`held`: the neighbour with user z), so WITHIN reaches window 0 before it fires; without z it has
+    fired. `with_publish_times`: the batches carry their publish times, as a JSON-key Pub/Sub source's do."""
+    stamp = _published if with_publish_times else (lambda batch, _: batch)
+    stream = TestStream().advance_watermark_to(START).add_elements(
+        [beam.window.TimestampedValue(stamp(ON_TIME, START + 700), START + 600)])
+    if held:
+        stream = stream.add_elements([beam.window.TimestampedValue(stamp(HELD_BY, START + DAY - 60), START + 100)])
+    stream = stream.advance_watermark_to(START + 100 if held else START + DAY + 600)
+    return (stream.add_elements([beam.window.TimestampedValue(stamp(WITHIN, START + DAY + 1200), START + 1200),
+                                 beam.window.TimestampedValue(stamp(NEXT_DAY, START + DAY + 61), START + DAY + 60)])
+            .advance_watermark_to_infinity())
+
+
+def _streamed(schedule: TestStream, window: WindowSpec) -> list:
+    plan = plan_job(RELEASES, BOUNDS, window, 1.0, 1e-6)
+    options = PipelineOptions()
+    options.view_as(StandardOptions).streaming = True
+    with tempfile.TemporaryDirectory(prefix="dpstream-late-") as directory:
+        path = os.path.join(directory, "rows.json")
+
+        def store(actual):
+            with open(path, "w") as handle:
+                json.dump(sorted(actual, key=json.dumps), handle)
+
+        with TestPipeline(options=options) as pipeline:
+            rows = release_graph(pipeline | schedule, RELEASES, plan, BOUNDS, window, SEED)[0]["counts"]
+            assert_that(rows, store)
+        with open(path) as handle:
+            return json.load(handle)
+
+
+def test_whether_a_record_is_late_is_decided_by_its_own_publish_time_not_by_the_watermark():
+    """With publish times (a JSON-key Pub/Sub source), the neighbours with and without user z release what batch
+    runs over exactly the records published before their window's release do: z's presence, which holds the
+    watermark back, changes the rows by z's own record only. Without them (negative control: the watermark
+    alone decides), z's presence also lets 20 other users' late records into window 0."""
+    window = _window(0.0)
+    with_z, without_z = (_streamed(_watermark_schedule(held, True), window) for held in (True, False))
+    assert with_z == sorted(_batch_rows(window, [ON_TIME, HELD_BY, NEXT_DAY]), key=json.dumps)
+    assert without_z == sorted(_batch_rows(window, [ON_TIME, NEXT_DAY]), key=json.dumps)
+    coupled = _streamed(_watermark_schedule(True, False), window)
+    assert coupled == sorted(_batch_rows(window, [ON_TIME, HELD_BY, WITHIN, NEXT_DAY]), key=json.dumps), (
+        "the watermark alone lets the late records of 20 other users in when z is present")

@@ -232,7 +232,8 @@ def test_detach_is_refused_where_the_launcher_cannot_leave(tmp_path):
     with pytest.raises(runner.RunError, match="the DirectRunner runs the pipeline inside this process"):
         runner.run(plain, ledger_url=url, log=lambda _: None, detach=True)  # prepaid: it publishes as it goes
     monitored = _pubsub_job(tmp_path, PLAIN_JOB.replace('name = "h"\n', 'name = "h"\nnoise = "laplace"\n')
-                            .replace("epsilon = 1.0", "epsilon = 4.0") + SVT_RELEASE)
+                            .replace("epsilon = 1.0", "epsilon = 4.0")
+                            .replace('timestamp_attribute = "ts"', 'timestamp = "t"') + SVT_RELEASE)
     logged: list[str] = []
     with pytest.raises(runner.RunError, match="--detach applies to streams that publish as they release"):
         runner.run(monitored, ledger_url=url, beam_args=["--runner=FlinkRunner"], log=logged.append, detach=True)
