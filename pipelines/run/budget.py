@@ -407,6 +407,14 @@ class Budget:
             streams = ledger.streams_of(self.scope, output)
         return next((s for s in streams if s.status != FINISHED and s.job == self.job_digest()), None)
 
+    def finished_stream(self, output: str) -> StreamRecord | None:
+        """The scope's latest finished stream of this very job into `output` (running the job again rewrites its
+        files from the journal and its report: `paid_stream.report_again`)."""
+        with self._ledger("nothing was debited") as ledger:
+            streams = ledger.streams_of(self.scope, output)
+        done = [s for s in streams if s.status == FINISHED and s.job == self.job_digest()]
+        return max(done, key=lambda s: s.stream_id, default=None)
+
     def check_resumable(self, output: str) -> None:
         """RunError (nothing opened or debited) unless the scope has an unfinished stream of this very job into
         `output`: windows found there may only be continued by the stream that released them."""

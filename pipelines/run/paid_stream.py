@@ -32,13 +32,13 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any, Iterable, Sequence
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from dpstream.accounting.ledger import Artifact, Ledger, PeriodGrid, Periods, StreamTicket
+from dpstream.accounting.ledger import Artifact, Ledger, PeriodGrid, Periods, StreamRecord, StreamTicket
 from dpstream.accounting.text import instant_text
 from dpstream.connectors.files import filesystems, join
 from dpstream.pipelines.config.jobfile import Job
@@ -169,6 +169,11 @@ def run_stream(job: Job, job_budget: Budget, grid: PeriodGrid | None, options: P
                                      unfinished.debited, log)[0])
     _check_output(output_dir, any(decided.values()))
     if any(decided.values()):
+        done = job_budget.finished_stream(output_dir) if unfinished is None else None
+        if done is not None:
+            return report_again(job, job_budget, done, output_dir, parts, log, StreamReport(
+                job, output_dir, job_budget.url, done.stream_id, done.session, runner_name(options),
+                tuple(beam_args), started_at, ()), timings, started)
         job_budget.check_resumable(output_dir)
     has_windows = any(decided.values())  # by an earlier session of this stream, or by another
     monitor_starts = job_budget.monitor_starts()
@@ -241,6 +246,26 @@ def run_stream(job: Job, job_budget: Budget, grid: PeriodGrid | None, options: P
         raise RunError(f"cannot write the report into {output_dir}: {err.strerror or err}; the windows written "
                        f"stay published") from err
     return StreamOutcome(content, stream_report.files, pending)
+
+
+def report_again(job: Job, job_budget: Budget, done: StreamRecord, output_dir: str, parts: dict[str, str], log,
+                 stream_report: StreamReport, timings: dict[str, float], started: float) -> StreamOutcome:
+    """The job run again into the output of its finished stream `done`: nothing is opened, computed or debited;
+    the window files are brought in line with the journal (`republished`), and the release files and reports
+    written again (a session killed between its last window and its report left them stale). The windows the
+    stream never released are listed as skipped."""
+    decided, _ = republished(job_budget.url, done.stream_id, parts, log)
+    expected = {spec.name: streaming_io.emissions(job_budget.plan[spec.name], job.window) for spec in job.releases}
+    skipped = tuple(sorted({i for name, indices in expected.items() for i in indices if i not in decided[name]}))
+    stream_report = replace(stream_report, skipped=skipped)
+    log(f"stream {done.stream_id} into {output_dir} had finished: its windows follow the ledger's journal and its "
+        f"release files and reports were written again; nothing was computed or debited")
+    try:
+        content = stream_report.write(timings, started)
+    except OSError as err:
+        raise RunError(f"cannot write the report into {output_dir}: {err.strerror or err}; the windows written "
+                       f"stay published") from err
+    return StreamOutcome(content, stream_report.files, stream_report.pending())
 
 
 def republished(ledger_url: str, stream_id: int, parts: dict[str, str],

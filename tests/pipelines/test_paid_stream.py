@@ -592,3 +592,42 @@ def test_windows_paid_before_the_journal_are_never_published_again_after_a_wipe(
         assert paid_unjournaled(_plan(ContributionBounds()), WINDOW, grid, {"h": ALL}, {"h": set()},
                                 book.stream(resumed.stream_id).debited, book.stream_journal(resumed.stream_id)) \
             == before, "steps paid with a journaled window are not legacy; the legacy ones stay so"
+
+
+def test_running_a_finished_stream_again_rewrites_its_files_and_report_from_the_journal(tmp_path):
+    """Found by the stream kill-anywhere campaign: a session killed between its last window and its report left
+    report.json saying "streaming" while the ledger said finished, and running the job again was refused. Now it
+    writes the window files again from the journal, merges them and rewrites the reports; nothing is opened,
+    computed or debited (the DirectRunner would refuse to start a stream over past windows: it never starts)."""
+    from dpstream.pipelines.run import runner
+
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    job = _pubsub_job(tmp_path, PLAIN_JOB.replace('name = "h"\n', 'name = "h"\nnoise = "laplace"\n'))
+    output = str(tmp_path / "out")
+    job_budget = runner.budget(job, url)
+    with Ledger(url, create=True) as book:
+        book.init_scope("plain", 10.0, 1e-5)
+        ticket = book.open_stream("plain", job_budget.plan.window_event(), "job", output=output,
+                                  job=job_budget.job_digest())
+    payer = StreamPayer(url, ticket.stream_id, ticket.session, job.window, None, 60.0, release="h")
+    directory = tmp_path / "out" / "windows" / "h"
+    windows = range(job.window.count)
+    for index in windows:
+        start, end = window_bounds_iso(job.window, index)
+        row = {"release": "h", "window_start": start, "window_end": end, "partition": "a", "value": float(index),
+               "noise_stddev": 1.0}
+        _write(payer, directory, index, [row], indices=tuple(windows))
+    with Ledger(url) as book:
+        book.end_stream(ticket.stream_id, ticket.session, finished=True)
+        spent = book.show("plain").state
+    (directory / "window-000003.jsonl").unlink()  # and a window file lost meanwhile
+    (tmp_path / "out" / "report.json").write_text('{"streaming": {"complete": false}}')
+    logged: list[str] = []
+    outcome = runner.run(job, ledger_url=url, log=logged.append)
+    assert outcome.pending == {} and any("had finished" in line for line in logged)
+    assert json.loads((tmp_path / "out" / "report.json").read_text())["streaming"] == {
+        "complete": True, "windows_pending": {}}
+    merged = [json.loads(line)["value"] for line in open(outcome.files["h"])]
+    assert sorted(merged) == [float(index) for index in windows]
+    with Ledger(url) as book:
+        assert book.show("plain").state == spent and len(book.streams_of("plain")) == 1
