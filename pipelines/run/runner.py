@@ -135,8 +135,9 @@ def _check_watermark(job: Job, options: PipelineOptions) -> None:
     follows it (`pubsub.attribute_watermark_refusal`), before the ledger is asked."""
     if job.input.format != PUBSUB:
         return
-    from dpstream.connectors.pubsub import attribute_watermark_refusal  # imports the Pub/Sub client
+    from dpstream.connectors.pubsub import PubSubSource, attribute_watermark_refusal  # imports the Pub/Sub client
 
+    assert isinstance(job.input, PubSubSource)
     refusal = attribute_watermark_refusal(job.input, runner_name(options))
     if refusal is not None:
         raise RunError(f"{job.source}: {refusal}; nothing was debited")
