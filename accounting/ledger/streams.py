@@ -165,9 +165,9 @@ def lease_is_live(stream: sa.Row, clock: float | None = None) -> bool:
     return stream.status == STREAMING and stream.lease_until >= (time.time() if clock is None else clock)
 
 
-def stream_record(tables: Tables, conn: sa.Connection, stream: sa.Row) -> StreamRecord:
+def stream_record(tables: Tables, conn: sa.Connection, stream: sa.Row, clock: float | None = None) -> StreamRecord:
     debited, refused = decided(tables, conn, stream.id)
-    status = stream.status if stream.status != STREAMING or lease_is_live(stream) else STOPPED
+    status = stream.status if stream.status != STREAMING or lease_is_live(stream, clock) else STOPPED
     scope = conn.execute(sa.select(tables.scopes).where(tables.scopes.c.name == stream.scope)).one()
     return StreamRecord(stream.id, stream.scope, stream.label, stream.output, stream.job, status, stream.session,
                         stream.lease_until, Event.from_dict(json.loads(stream.events)), debited, refused,

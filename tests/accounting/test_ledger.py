@@ -76,6 +76,19 @@ def postgresql_url_fresh(postgres_url):
     return postgres_url
 
 
+class FakeClock:
+    """An injectable ledger clock (`Ledger(..., clock=...)`) that moves only when told: lease tests need no sleep."""
+
+    def __init__(self, now: float = 1_800_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
 def _scope_name() -> str:
     return f"scope-{uuid.uuid4().hex[:8]}"
 

@@ -3,8 +3,6 @@ debited only when they publish, leases on monitors and outputs that end, expire 
 Proof: docs/proofs/pipelines.run.budget.Budget.md."""
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from dpstream.accounting.events import ApproxDP, Composed, Gaussian, PureDP
@@ -12,6 +10,7 @@ from dpstream.accounting.filters import FSRCFilter
 from dpstream.accounting.filters.fsrc import basel_delta
 from dpstream.accounting.ledger import Ledger, LedgerConflict, LedgerError, MonitorRecord, Periods
 from tests.accounting.test_ledger import (  # noqa: F401  (fixtures)
+    FakeClock,
     _scope_name,
     ledger_url,
     postgres_url,
@@ -102,12 +101,13 @@ def test_a_run_that_opens_a_monitor_must_carry_its_budget(ledger_url):
 
 
 def test_an_expired_lease_frees_the_monitor_and_fences_the_old_run(ledger_url):
-    with Ledger(ledger_url, create=True) as ledger:
+    clock = FakeClock()
+    with Ledger(ledger_url, create=True, clock=clock) as ledger:
         scope = _scope(ledger, 5.0)
         monitors = {"alerts": (0.5, 1e-8, None)}
         killed = ledger.open_run(scope, ApproxDP(0.5, 1e-8), "killed", monitors=monitors, output="/out",
                                  lease_seconds=0.2)
-        time.sleep(0.3)
+        clock.advance(0.3)
         assert [r.status for r in ledger.runs_of(scope)] == ["expired"]  # shown so before anyone ends it
         successor = ledger.open_run(scope, ApproxDP(0.5, 1e-8), "next", monitors=monitors, output="/out")
         assert successor.admitted
@@ -120,11 +120,12 @@ def test_an_expired_lease_frees_the_monitor_and_fences_the_old_run(ledger_url):
 
 
 def test_a_renewed_lease_outlives_its_first_term(ledger_url):
-    with Ledger(ledger_url, create=True) as ledger:
+    clock = FakeClock()
+    with Ledger(ledger_url, create=True, clock=clock) as ledger:
         scope = _scope(ledger)
         run = ledger.open_run(scope, PureDP(0.1), "long", output="/out", lease_seconds=0.3)
         for _ in range(3):
-            time.sleep(0.15)
+            clock.advance(0.15)
             ledger.renew_run(run.run_id, 0.3)
         with pytest.raises(LedgerError, match="output /out is leased to run"):
             ledger.open_run(scope, PureDP(0.1), "rival", output="/out")

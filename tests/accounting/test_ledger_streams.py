@@ -4,14 +4,13 @@ whatever asks again or races, the charges equal an up-front debit of the same st
 keep what was paid, and stale sessions cannot debit. PostgreSQL skips only when no server is reachable, and fails instead when CI=true."""
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from dpstream.accounting.events import Composed, Gaussian, PureDP, SelfComposed
 from dpstream.accounting.ledger import Ledger, LedgerError, Periods
 from tests.accounting.ledger_race import race
 from tests.accounting.test_ledger import (  # noqa: F401  (fixtures)
+    FakeClock,
     _scope_name,
     ledger_url,
     postgres_url,
@@ -93,10 +92,11 @@ def test_resume_keeps_paid_periods_and_refuses_stale_sessions_and_other_jobs(led
 
 @pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
 def test_an_expired_lease_lets_a_new_session_resume(ledger_url):
-    with Ledger(ledger_url, create=True) as ledger:
+    clock = FakeClock()
+    with Ledger(ledger_url, create=True, clock=clock) as ledger:
         scope = _scope(ledger)
         first = ledger.open_stream(scope, EVENT, "job", output="/out/a", job="j1", lease_seconds=0.2)
-        time.sleep(0.3)
+        clock.advance(0.3)
         assert ledger.streams_of(scope)[0].status == "stopped"
         resumed = ledger.open_stream(scope, EVENT, "job", output="/out/a", job="j1")
         assert resumed.session == 2 and resumed.stream_id == first.stream_id
@@ -136,11 +136,12 @@ def test_racing_workers_debit_each_period_once(ledger_url):
 
 @pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
 def test_a_payment_keeps_a_detached_session_live(ledger_url):
-    with Ledger(ledger_url, create=True) as ledger:
+    clock = FakeClock()
+    with Ledger(ledger_url, create=True, clock=clock) as ledger:
         scope = _scope(ledger)
         ticket = ledger.open_stream(scope, EVENT, "job", output="/out/a", job="j1", lease_seconds=0.2)
         ledger.debit_stream(ticket.stream_id, 1, _hours(0), lease_seconds=60)
-        time.sleep(0.3)
+        clock.advance(0.3)
         assert ledger.stream(ticket.stream_id).status == "streaming"
         with pytest.raises(LedgerError, match="being written by stream"):
             ledger.open_stream(scope, EVENT, "job", output="/out/a", job="j1")
@@ -150,10 +151,11 @@ def test_a_payment_keeps_a_detached_session_live(ledger_url):
 def test_an_expired_session_cannot_debit_and_a_changed_plan_cannot_resume(ledger_url):
     """Regressions from an adversarial review: a session whose lease ran out was still allowed to debit and
     renew; a resume under another plan's event (another dpstream's planner) was charged the stored event."""
-    with Ledger(ledger_url, create=True) as ledger:
+    clock = FakeClock()
+    with Ledger(ledger_url, create=True, clock=clock) as ledger:
         scope = _scope(ledger)
         ticket = ledger.open_stream(scope, EVENT, "job", output="/out/a", job="j1", lease_seconds=0.2)
-        time.sleep(0.3)
+        clock.advance(0.3)
         with pytest.raises(LedgerError, match="expired in session 1"):
             ledger.debit_stream(ticket.stream_id, 1, _hours(0), lease_seconds=60)
         with pytest.raises(LedgerError, match="was not renewed"):

@@ -18,7 +18,7 @@ import pytest
 from dpstream.accounting.composition import leaf_counts
 from dpstream.accounting.events import Composed
 from dpstream.accounting.filters.pure import pure_total
-from dpstream.accounting.ledger import Ledger, store
+from dpstream.accounting.ledger import Ledger, run_book, scope_book, stream_book
 from dpstream.pipelines.config import jobfile
 from dpstream.pipelines.planning.windows import unit_periods
 from dpstream.pipelines.run import runner
@@ -99,7 +99,8 @@ def _spent(url: str) -> Fraction:
 
 def test_without_the_unit_check_a_noon_job_under_charges_a_midnight_unit(tmp_path, monkeypatch):
     """The negative control: the ledger as before the fix (no unit check) admits both runs."""
-    monkeypatch.setattr(store, "check_unit", lambda *args: False)
+    for part in (run_book, scope_book, stream_book):  # every place the ledger checks a unit
+        monkeypatch.setattr(part, "check_unit", lambda *args: False)
     url = _scope(tmp_path)
     first, second = _job(tmp_path, "a", *MIDNIGHT), _job(tmp_path, "b", *NOON)
     runner.run(first, str(tmp_path / "a"), url, log=lambda _: None)
