@@ -15,8 +15,9 @@ after its window's release time, a fact about itself. With an attribute, Dataflo
 and Flink estimate the watermark from the attribute values of the messages in the
 backlog, so one unit's old (or future) timestamps hold back (or advance) every
 window; only the DirectRunner holds its Pub/Sub watermark at the wall clock
-(`WALL_CLOCK_RUNNERS`). So an attribute is read on the DirectRunner only
-(`attribute_watermark_refusal`; docs/proofs/pipelines.run.stream.md, "Late data").
+(`WALL_CLOCK_RUNNERS`). So an attribute is read on the DirectRunner only, and a
+stream runs on Dataflow or the DirectRunner only (`watermark_refusal`;
+docs/proofs/pipelines.run.stream.md, "Late data").
 Messages are grouped per bundle
 into `EVENT_SCHEMA` record batches and converted with the file readers' code
 (`readers.to_events`); a message that is not a JSON object, or lacks a mapped
@@ -46,7 +47,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 from dpstream.connectors import timestamps
 from dpstream.connectors.errors import InputError
 from dpstream.connectors.readers import to_events
-from dpstream.connectors.schema import PUBLISHED, EventColumns
+from dpstream.connectors.schema import PUBLISHED, WALL_CLOCK_RUNNERS, EventColumns
 
 FORMAT = "pubsub"
 BATCH_MESSAGES = 1000
@@ -55,17 +56,25 @@ _SUBSCRIPTION = re.compile(r"^projects/[^/]+/subscriptions/[^/]+$")
 _EVENT_TIME = "\x00event_time"  # the column that holds attribute timestamps during conversion
 
 
-WALL_CLOCK_RUNNERS = ("DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner")
-"""Runners whose Pub/Sub read holds its watermark at the wall clock whatever the messages' timestamp attributes
-say (Beam's `_PubSubReadEvaluator.finish_bundle` returns the time of day), the only ones an attribute may be read
-on."""
+PUBLISH_TIME_RUNNERS = ("DataflowRunner", "TestDataflowRunner")
+"""Runners whose Pub/Sub read, without a timestamp attribute, holds its watermark at the publish time of the oldest
+message not yet acknowledged (Dataflow's documented guarantee), so no record published before a window's release
+arrives behind it. Beam's own Pub/Sub read, which other runners (Flink, Spark) use, estimates its watermark from
+the messages it has recently pulled, a heuristic other users' messages move: refused there."""
 
 
-def attribute_watermark_refusal(source: "PubSubSource", runner: str) -> str | None:
-    """Why `source` may not be read on the runner named `runner`, or None: its event time is a message attribute
-    (`timestamp_attribute`) and the runner's watermark follows it (every runner but `WALL_CLOCK_RUNNERS`), so one
-    unit's timestamps would decide which of the other units' records are dropped as late."""
-    if source.timestamp_attribute is None or runner in WALL_CLOCK_RUNNERS:
+def watermark_refusal(source: "PubSubSource", runner: str) -> str | None:
+    """Why `source` may not be read on the runner named `runner`, or None: on a runner whose watermark follows the
+    event time of a message attribute (`timestamp_attribute`; every runner but `WALL_CLOCK_RUNNERS`), or whose
+    watermark is a heuristic (every runner but those and `PUBLISH_TIME_RUNNERS`), one unit's messages could decide
+    which of the other units' records are dropped as late."""
+    if runner in WALL_CLOCK_RUNNERS:
+        return None
+    if runner not in PUBLISH_TIME_RUNNERS:
+        return (f"{source.path}: a Pub/Sub stream runs on Dataflow or the DirectRunner; on {runner} Beam's Pub/Sub "
+                f"read estimates its watermark from the messages it has pulled, so whether one user's record "
+                f"arrives late could depend on other users' messages, beyond the contribution bounds")
+    if source.timestamp_attribute is None:
         return None
     return (f"{source.path}: input.timestamp_attribute {source.timestamp_attribute!r} sets the Pub/Sub watermark on "
             f"{runner}, so one user's timestamps could decide which of the other users' records are dropped as late, "
@@ -216,7 +225,7 @@ class ReadPubSubEvents(beam.PTransform):
         return {"source": self.source.path, "timestamp_attribute": self.source.timestamp_attribute or ""}
 
     def expand(self, pbegin):
-        refusal = attribute_watermark_refusal(self.source, type(pbegin.pipeline.runner).__name__)
+        refusal = watermark_refusal(self.source, type(pbegin.pipeline.runner).__name__)
         if refusal is not None:
             raise ValueError(refusal)
         return (

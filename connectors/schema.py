@@ -34,6 +34,12 @@ Pub/Sub, never by the record. Bounding drops a record from every window released
 (`pipelines.transforms.bounding`), so whether it is late is a fact about itself, not about the watermark that
 other records move (docs/proofs/pipelines.run.stream.md, "Late data")."""
 
+WALL_CLOCK_RUNNERS = ("DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner")
+"""Runners whose Pub/Sub read holds its watermark at the wall clock whatever the messages say (Beam's
+`_PubSubReadEvaluator.finish_bundle` returns the time of day): on them a record is late when it is read after its
+window's release, and an unbounded input needs no `PUBLISHED` column; every other runner needs one
+(`pipelines.transforms.bounding`)."""
+
 
 @dataclass(frozen=True)
 class EventColumns:

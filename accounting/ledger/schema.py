@@ -201,6 +201,7 @@ def define_tables() -> Tables:
         sa.Column("stream_id", sa.Integer, sa.ForeignKey("dpstream_streams.id"), primary_key=True,
                   autoincrement=False),
         sa.Column("release_id", sa.Integer, sa.ForeignKey("dpstream_releases.id"), nullable=False),
+        sa.Column("plan", sa.Text, nullable=False),  # the whole plan's event (every monitor new): a resume matches it
     )
     return Tables(metadata, scopes, releases, monitors, periods, release_periods, runs, retired, streams,
                   stream_periods, stream_monitors, stream_journal, run_journal, identity, scope_units, stream_prepaid)

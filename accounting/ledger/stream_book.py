@@ -50,7 +50,6 @@ from dpstream.accounting.ledger.streams import (
     decided,
     find_open,
     lease_is_live,
-    prepaid_release,
     stream_grid,
     stream_monitors,
     stream_record,
@@ -69,7 +68,7 @@ class StreamBook(MonitorBook):
     def open_stream(self, scope: str, event: Event, label: str, *, output: str, job: str,
                     lease_seconds: float = DEFAULT_LEASE_SECONDS, monitors: Mapping[str, StreamMonitor] | None = None,
                     opening: Event | None = None, unit: PrivacyUnit | None = None,
-                    prepaid: bool = False) -> StreamTicket:
+                    prepaid: Event | None = None, resume_only: bool = False) -> StreamTicket:
         """Open a stream that pays `event` per step as it publishes into `output` (`accounting.ledger.streams`):
         per period of a period scope, per window of a plain scope. Or resume the stream of the same `job` (a digest
         of the public job) into `output` that stopped, was killed or lost its lease: it keeps its decided steps
@@ -81,9 +80,12 @@ class StreamBook(MonitorBook):
         sealed after each window (`seal_stream_monitor`). A new one (record None) is opened here and gets its
         `initial` record; a monitor to continue must still have the record the caller read. `opening`: debited
         once, in this transaction, when the stream is created (never when it resumes): the composition of the new
-        monitors' budgets (it must cover them), or, `prepaid` (plain scopes only), of the whole plan, whose steps
-        then charge `event` = Composed(()) (`accounting.ledger.streams`, "Prepaid streams"); a stream resumes only
-        as it was opened. A refused opening raises LedgerError("refused: ...") and records nothing. `unit`: the job's privacy unit
+        monitors' budgets (it must cover them), or, for a prepaid stream (plain scopes only), of the whole plan,
+        whose steps then charge `event` = Composed(()) (`accounting.ledger.streams`, "Prepaid streams"). `prepaid`:
+        that plan's event with every svt monitor's budget counted (whatever the scope holds), which a resume must
+        match; a stream resumes only as it was opened and under the same plan. `resume_only`: refuse, recording
+        nothing, unless an unfinished stream of `job` into `output` is there to resume (the caller found its
+        windows). A refused opening raises LedgerError("refused: ...") and records nothing. `unit`: the job's privacy unit
         (`accounting.ledger.units`): UnitMismatchError, recording nothing, when the scope serves another; an opened
         stream fixes a plain scope's unit if none is; None: not checked."""
         monitors = dict(monitors or {})
@@ -91,7 +93,7 @@ class StreamBook(MonitorBook):
         with self._transaction() as conn:
             row = self._lock_scope(conn, scope)
             grid = stream_grid(row)
-            if prepaid and grid is not None:
+            if prepaid is not None and grid is not None:
                 raise LedgerError(f"scope {scope!r} holds a budget per period; a stream there pays each period, not "
                                   f"its whole plan at once; nothing was debited")
             fix_unit = check_unit(self.tables, conn, scope, grid, unit)
@@ -104,6 +106,9 @@ class StreamBook(MonitorBook):
             if refusal is not None:
                 raise LedgerError(refusal)
             found = find_open(self.tables, conn, scope, output)
+            if found is None and resume_only:
+                raise LedgerError(f"output {output} has no unfinished stream to resume (it finished meanwhile); "
+                                  f"nothing was debited")
             if monitors:
                 self._refuse_monitors(row)
                 self._check_monitors(conn, scope, {n: (m.epsilon, m.delta, m.record) for n, m in monitors.items()})
@@ -112,18 +117,22 @@ class StreamBook(MonitorBook):
             stream_id, session = self._start_session(conn, found, scope, label, output, job, event, lease_seconds)
             if found is None and (monitors or opening is not None):
                 opened_by = self._open_stream_monitors(conn, row, stream_id, label, monitors, opening)
-                if prepaid:
-                    conn.execute(self.tables.stream_prepaid.insert().values(stream_id=stream_id, release_id=opened_by))
+                if prepaid is not None:
+                    conn.execute(self.tables.stream_prepaid.insert().values(
+                        stream_id=stream_id, release_id=opened_by, plan=json.dumps(prepaid.to_dict())))
             if fix_unit and unit is not None:
                 record_unit(self.tables, conn, scope, unit, label, now_text())
             debited, refused = decided(self.tables, conn, stream_id)
         return StreamTicket(stream_id, session, found is not None, grid, tuple(sorted(debited)), refused,
-                            _opened_text(stream_id, label, scope, grid, found is not None, prepaid, len(debited)))
+                            _opened_text(stream_id, label, scope, grid, found is not None, prepaid is not None,
+                                         len(debited)))
 
     def _check_resume(self, conn: sa.Connection, found: sa.Row, output: str, job: str, event: Event,
-                      monitors: set[str], prepaid: bool) -> None:
+                      monitors: set[str], prepaid: Event | None) -> None:
         """LedgerError unless the unfinished stream `found` into `output` may be resumed by this request: the same
-        job, the same svt monitors, paid the same way (prepaid or per step) and the same step event."""
+        job, the same svt monitors, paid the same way (prepaid or per step), the same step event and, prepaid, the
+        same plan (after an upgrade whose planner changed, the windows left would come from another plan than the
+        one paid for)."""
         where = f"output {output} holds stream {found.id} ({found.label!r})"
         if found.job != job:
             raise LedgerError(f"{where} of another job; a stream resumes only with the same job file (same "
@@ -131,9 +140,15 @@ class StreamBook(MonitorBook):
         if set(stream_monitors(self.tables, conn, found.id)) != monitors:
             raise LedgerError(f"{where}, which answers other svt monitors; a stream resumes only with its own; "
                               f"nothing was debited")
-        if (prepaid_release(self.tables, conn, found.id) is not None) != prepaid:
-            raise LedgerError(f"{where}, which {'pays per step' if prepaid else 'prepaid its plan'}; a stream "
-                              f"resumes only as it was opened; write to another output; nothing was debited")
+        table = self.tables.stream_prepaid
+        paid_plan = conn.execute(sa.select(table.c.plan).where(table.c.stream_id == found.id)).scalar_one_or_none()
+        if (paid_plan is not None) != (prepaid is not None):
+            raise LedgerError(f"{where}, which {'pays per step' if prepaid is not None else 'prepaid its plan'}; a "
+                              f"stream resumes only as it was opened; write to another output; nothing was debited")
+        if prepaid is not None and paid_plan != json.dumps(prepaid.to_dict()):
+            raise LedgerError(f"{where}, which prepaid another plan ({_first_chars(str(paid_plan), 200)}) than this run's "
+                              f"(the planner changed, e.g. another dpstream version); a stream resumes only under "
+                              f"the plan it paid for; write to another output; nothing was debited")
         if found.events != json.dumps(event.to_dict()):
             raise LedgerError(f"{where}, which charges each step {found.events}, but this run's plan charges "
                               f"{json.dumps(event.to_dict())} (the planner changed, e.g. another dpstream version); "
@@ -354,7 +369,8 @@ class StreamBook(MonitorBook):
 
 
 def _check_stream_request(label: str, event: Event, output: str, lease_seconds: float,
-                          monitors: Mapping[str, StreamMonitor], opening: Event | None, prepaid: bool) -> None:
+                          monitors: Mapping[str, StreamMonitor], opening: Event | None,
+                          prepaid: Event | None) -> None:
     """LedgerError for an `open_stream` request that is malformed whatever the ledger holds."""
     _check_event(label, event, None)
     for name in monitors:
@@ -364,7 +380,7 @@ def _check_stream_request(label: str, event: Event, output: str, lease_seconds: 
         raise LedgerError(f"a stream opening monitors {opened} needs their budgets' event and first records")
     if opening is not None:
         _check_opening(opening, [(monitors[n].epsilon, monitors[n].delta) for n in opened])
-    if prepaid and (opening is None or event != Composed(())):
+    if prepaid is not None and (opening is None or event != Composed(())):
         raise LedgerError("a prepaid stream pays its whole plan as its opening and nothing per step")
     _check_name("output", output, 4000)
     if not (math.isfinite(lease_seconds) and lease_seconds > 0):

@@ -37,7 +37,7 @@ import sqlalchemy as sa
 
 from dpstream.accounting.events import Event
 from dpstream.accounting.filters import EventFilter
-from dpstream.accounting.ledger.decisions import decide, now_text
+from dpstream.accounting.ledger.decisions import decide, now_text, retirement
 from dpstream.accounting.ledger.errors import LedgerError
 from dpstream.accounting.ledger.periods import PeriodGrid, Periods
 from dpstream.accounting.ledger.records import MonitorRecord, scope_config
@@ -149,7 +149,16 @@ def decided(tables: Tables, conn: sa.Connection, stream_id: int) -> tuple[dict[i
 def decide_step(tables: Tables, conn: sa.Connection, row: sa.Row, stream: sa.Row, step: int,
                 grid: PeriodGrid | None) -> str | None:
     """Debit one step for a stream (period `step` of `grid`, or window `step` on a plain scope), or record its
-    refusal; None when debited, else the refusal."""
+    refusal; None when debited, else the refusal. A prepaid stream's step is covered by the release that debited
+    its whole plan when it opened: it is recorded against that release, and the filter is not asked again (a
+    filter that halted since, after refusing another job, still owes the windows it was paid for)."""
+    prepaid = prepaid_release(tables, conn, stream.id)
+    if prepaid is not None:
+        refusal = retirement(tables, conn, stream.scope)  # a retired scope publishes nothing more
+        conn.execute(tables.stream_periods.insert().values(
+            stream_id=stream.id, period=step, release_id=prepaid if refusal is None else None, refusal=refusal,
+            decided_at=now_text()))
+        return refusal
     event = Event.from_dict(json.loads(stream.events))
     periods = None if grid is None else Periods(grid, step, step)
     label = f"{stream.label} (stream {stream.id}" + (")" if grid is not None else f", window {step})")

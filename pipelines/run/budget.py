@@ -66,7 +66,6 @@ from dpstream.pipelines.config.specs import ContributionBounds, ReleaseSpec, Win
 from dpstream.pipelines.planning import JobPlan, PlanningError, SvtPlan, plan_job
 from dpstream.pipelines.run.budget_base import tell
 from dpstream.pipelines.run.budget_streams import (  # noqa: F401  (the stream payment modes, re-exported)
-    AT_END,
     PREPAID,
     WINDOW,
     BudgetStreams,

@@ -1,4 +1,4 @@
-"""`Budget`'s streams: how a stream pays a plain scope (per window, prepaid, or at its end as a run), and
+"""`Budget`'s streams: how a stream pays a plain scope (per window, or its whole plan prepaid), and
 opening, resuming, renewing and ending it in the ledger."""
 from __future__ import annotations
 
@@ -18,15 +18,14 @@ from dpstream.accounting.ledger import (
 from dpstream.accounting.ledger.streams import FINISHED
 from dpstream.pipelines.run.budget_transaction import BudgetTransaction
 from dpstream.pipelines.run.errors import EXIT_REFUSED, RunError
-from dpstream.pipelines.run.preflight import COMMITTING_RUNNERS
 
-WINDOW, PREPAID, AT_END = "window", "prepaid", "at end"
+WINDOW, PREPAID = "window", "prepaid"
 
 
 @dataclass(frozen=True)
 class StreamPayment:
-    """How a stream pays a plain scope (`Budget.stream_payment`): WINDOW, PREPAID or AT_END, and why not
-    window by window (None when it is, or when it resumes a stream opened so)."""
+    """How a stream pays a plain scope (`Budget.stream_payment`): WINDOW or PREPAID, and why not window by window
+    (None when it is, or when it resumes a stream opened so)."""
 
     mode: str
     reason: str | None
@@ -35,24 +34,17 @@ class StreamPayment:
 class BudgetStreams(BudgetTransaction):
     """A budget's streams (a part of `Budget`)."""
 
-    def stream_payment(self, output: str, runner: str = "DirectRunner") -> StreamPayment:
+    def stream_payment(self, output: str) -> StreamPayment:
         """How a stream of this plan into `output` pays a plain scope (public values only):
         - WINDOW: window by window, as it releases: the plan is one mechanism run once per window
           (`JobPlan.window_event`) and the scope's filter charges its W windows, one round each, what it would
           charge their composition (`EventFilter.charges_evenly`, on the scope's state now);
         - PREPAID: its whole plan once, when the stream opens, then each window journaled at no further cost
-          (windows that share state or budget, or a filter that prices rounds above their composition);
-        - AT_END: as one run that pays when it ends, with its launcher up: svt monitors on a `runner` that
-          does not commit a stateful step's state with its outputs (`preflight.COMMITTING_RUNNERS`; the
-          monitor is sealed in the ledger window by window, which a runner that recovers by replaying could
-          fork).
-        A stream of this job that did not finish there keeps the way it was opened (it resumes)."""
+          (windows that share state or budget, or a filter that prices rounds above their composition).
+        A stream of this job that did not finish there keeps the way it was opened (it resumes). Streams run only
+        on runners that commit a stateful step's state with its outputs (`pubsub.watermark_refusal` admits the
+        DirectRunner and Dataflow), so svt monitors and caps across windows may be sealed window by window."""
         event = self.plan.window_event()
-        if self.plan.monitors() and runner not in COMMITTING_RUNNERS:
-            return StreamPayment(AT_END, f"its svt monitors are sealed window by window only on runners that commit "
-                                         f"a stateful step's state with its outputs ({', '.join(COMMITTING_RUNNERS)}); "
-                                         f"{runner} recovers by replaying, which could publish one answer and "
-                                         f"continue from another")
         unfinished = self.unfinished_stream(output)
         if unfinished is not None:
             return StreamPayment(WINDOW if unfinished.prepaid is None else PREPAID, None)
@@ -75,13 +67,14 @@ class BudgetStreams(BudgetTransaction):
                        self.unit_period, self.seed, self.shards))
         return hashlib.sha256(public.encode("utf-8")).hexdigest()
 
-    def open_stream(self, label: str, output: str, prepaid: bool = False) -> StreamTicket:
+    def open_stream(self, label: str, output: str, prepaid: bool = False, resume_only: bool = False) -> StreamTicket:
         """Open (or resume) a stream that publishes as windows are released (`Ledger.open_stream`): on a period
         scope paying the plan's event per period, checked as `scope_periods` checks a run; on a plain scope paying
         one window's event per window (`stream_payment` said WINDOW) and the budgets of the svt monitors it
         opens, debited here, once (a monitor holds its budget in its own filter, so opening it spends nothing it
         cannot still use: a stopped stream's monitor continues with what it has left), or, `prepaid` (it said
-        PREPAID), paying the whole plan here, once, what one run of it is charged, and nothing per window.
+        PREPAID), paying the whole plan here, once, what one run of it is charged, and nothing per window (a
+        resume must carry the same plan). `resume_only`: only resume (the caller found the stream's windows).
         RunError EXIT_REFUSED when no step could be admitted, or the opening was refused."""
         monitors = {m.name: StreamMonitor(m.epsilon, m.delta, self.monitor_records[m.name],
                                           MonitorRecord(m.monitor().to_dict(), self.window.start))
@@ -103,7 +96,8 @@ class BudgetStreams(BudgetTransaction):
             try:
                 return ledger.open_stream(self.scope, event, label, output=output, job=self.job_digest(),
                                           lease_seconds=self.lease_seconds, monitors=monitors, opening=opening,
-                                          unit=self.privacy_unit, prepaid=prepaid)
+                                          unit=self.privacy_unit, resume_only=resume_only,
+                                          prepaid=Composed(tuple(self.plan.events(frozenset()))) if prepaid else None)
             except LedgerError as err:
                 if isinstance(err, UnitMismatchError):
                     raise RunError(f"{self.source}: {err}") from err

@@ -54,6 +54,9 @@ from dpstream.pipelines.run.preflight import DIRECT_RUNNERS, check_event_time, r
 from dpstream.pipelines.run.stream_report import StreamReport
 from dpstream.pipelines.run.transaction import pipeline_error
 
+STREAMING_WINDOW = "window {number} of {windows} (ending {end}) decided"
+"""The progress line a stream tells as each window is published or refused."""
+
 
 @dataclass(frozen=True)
 class StreamOutcome:
@@ -65,18 +68,20 @@ class StreamOutcome:
 
 
 def resume_point(plan: JobPlan, window: WindowSpec, grid: PeriodGrid | None, decided: dict[str, set[int]],
-                 expected: dict[str, tuple[int, ...]], paid: Iterable[int] = ()) -> int:
+                 expected: dict[str, tuple[int, ...]], paid: Iterable[int] = (),
+                 answered: dict[str, set[int]] | None = None) -> int:
     """The first window index this session may release: the first emission some release has not decided.
 
     Each window's release is an independent mechanism, so any undecided window may be released later. A job
     with state across windows (contribution caps over a unit's windows, or peaks over a period) holds that
     state per user x period unit in the pipeline (on a plain scope, whose prepaid stream paid the whole plan
-    once: per user and cap group, `_state_boundary`); a new session starts it afresh, so it must not release any
+    once: per user and cap group, `_cap_group_end`); a new session starts it afresh, so it must not release any
     window of a period (group) an earlier session touched: one that has a decided emission of any release (its
     span: a window, or a peak's whole period), or that the stream paid (`paid`: period indices, window indices
-    on a plain scope; a stale worker may still publish there). It starts at the first window after all of them,
-    and at a peak period's start, so no peak is computed over part of its period; windows in between are
-    skipped, never released."""
+    on a plain scope; a stale worker may still publish there). It starts after the last such period (group),
+    moved out of any peak period that point cuts, so no peak is computed over part of its period; windows in
+    between are skipped, never released. `answered`: windows decided only because an svt monitor had answered
+    them (`answered_before`: another job's answers, or an alert never published), which touched no state here."""
     pending = [index for name, indices in expected.items() for index in indices if index not in decided[name]]
     if not pending:
         return window.count
@@ -84,14 +89,16 @@ def resume_point(plan: JobPlan, window: WindowSpec, grid: PeriodGrid | None, dec
     peaks = [r for r in plan.releases if isinstance(r, PeakPlan)]
     if plan.window_cap is None and not peaks:
         return first
-    spans = [span for name, indices in decided.items() for index in indices
-             for span in [_span(plan[name], window, index)]]
-    ends = ([Periods.overlapping(a, b, grid).end() for a, b in spans] + [grid.start(period + 1) for period in paid]
-            if grid is not None else [b for _, b in spans] + [window.bounds(index)[1] for index in paid])
+    answered = answered or {}
+    spans = [_span(plan[name], window, index) for name, indices in decided.items()
+             for index in indices - answered.get(name, set())]
+    if grid is not None:
+        ends = [Periods.overlapping(a, b, grid).end() for a, b in spans] + [grid.start(p + 1) for p in paid]
+    else:
+        ends = [_cap_group_end(plan, window, b) for _, b in spans + [window.bounds(index) for index in paid]]
     barrier = max(ends, default=-math.inf)
-    while math.isfinite(barrier):  # out of any peak period it cuts, onto a boundary of the state's units
+    while math.isfinite(barrier):  # out of any peak period it cuts
         moved = max([barrier] + [b for peak in peaks for a, b in peak.period_bounds if a < barrier < b])
-        moved = _state_boundary(plan, window, grid, moved)
         if moved == barrier:
             break
         barrier = moved
@@ -100,13 +107,11 @@ def resume_point(plan: JobPlan, window: WindowSpec, grid: PeriodGrid | None, dec
     return first
 
 
-def _state_boundary(plan: JobPlan, window: WindowSpec, grid: PeriodGrid | None, time_s: float) -> float:
-    """The first time at or after `time_s` where the plan's state across windows starts afresh: a boundary of
-    the scope's period grid; on a plain scope (`grid` None, a prepaid stream) the start of the first window of
-    the next cap group (`WindowCap.unit_of_window`: the unit period of the job, or one group for the whole
-    range, whose end it then is), or `time_s` itself when the plan has no caps (only peaks hold state)."""
-    if grid is not None:
-        return time_s if grid.is_boundary(time_s) else grid.start(grid.index(time_s) + 1)
+def _cap_group_end(plan: JobPlan, window: WindowSpec, time_s: float) -> float:
+    """On a plain scope (a prepaid stream), where the cap group holding the windows that start before `time_s`
+    ends: the start of the next group's first window (`WindowCap.unit_of_window`: the job's unit period, or one
+    group for the whole range, whose end it then is); `time_s` itself when the plan has no caps (only peaks hold
+    state)."""
     cap = plan.window_cap
     before = [index for index in range(window.count) if window.bounds(index)[0] < time_s]
     if cap is None or not before:
@@ -179,14 +184,18 @@ def run_stream(job: Job, job_budget: Budget, grid: PeriodGrid | None, options: P
     monitor_starts = job_budget.monitor_starts()
     answered = answered_before(job_budget.plan, expected, decided, monitor_starts)
     decided = {name: indices | answered.get(name, set()) for name, indices in decided.items()}
-    first = resume_point(job_budget.plan, job.window, grid, decided, expected)  # refined once the ledger is read
+    first = resume_point(job_budget.plan, job.window, grid, decided, expected,  # refined once the ledger is read
+                         answered=answered)
     if first < job.window.count:
         check_event_time(job.window, options, time.time(), first)
+    elif unfinished is None:
+        raise RunError(f"{job.source}: no window of the range is left to release into {output_dir} (its svt "
+                       f"monitors have answered them all); nothing was debited")
     label = f"job {job.name} ({job.source}) at {started_at}: " + ", ".join(r.name for r in job.releases)
     pays = ("its whole plan is paid now" if prepaid else
             f"{'each window' if grid is None else f'each {grid.text} period'} is paid when released")
     progress(f"opening stream on scope {job_budget.scope!r} ({pays})")
-    ticket = job_budget.open_stream(label, output_dir, prepaid)
+    ticket = job_budget.open_stream(label, output_dir, prepaid, resume_only=has_windows)
     log(ticket.message)
     try:
         if has_windows and not ticket.resumed:  # another stream finished there meanwhile
@@ -197,7 +206,7 @@ def run_stream(job: Job, job_budget: Budget, grid: PeriodGrid | None, options: P
         mark_paid_unjournaled(parts, before)
         answered = answered_before(job_budget.plan, expected, decided, monitor_starts)
         decided = {name: indices | answered.get(name, set()) for name, indices in decided.items()}
-        later = resume_point(job_budget.plan, job.window, grid, decided, expected, ticket.debited)
+        later = resume_point(job_budget.plan, job.window, grid, decided, expected, ticket.debited, answered)
         if first < later < job.window.count:
             check_event_time(job.window, options, time.time(), later)
         first = later
@@ -357,8 +366,8 @@ def _compute(job: Job, job_budget: Budget, ticket: StreamTicket, pipeline, parts
              remaining: dict[str, tuple[int, ...]], max_seconds: float | None,
              progress) -> streaming_io.StreamingOutcome:
     def on_window(index: int) -> None:
-        progress(f"window {index + 1} of {job.window.count} (ending "
-                 f"{instant_text(job.window.bounds(index)[1])}) decided")
+        progress(STREAMING_WINDOW.format(number=index + 1, windows=job.window.count,
+                                         end=instant_text(job.window.bounds(index)[1])))
 
     if not any(remaining.values()):
         return streaming_io.StreamingOutcome({name: set() for name in parts}, remaining, 0.0)

@@ -11,10 +11,7 @@ Order matters for privacy and for the budget (DESIGN.md §1, §6; docs/proofs/pi
    private staging directory;
 3. the ledger admits the run (`Budget.admit`): its filter must admit the plan's events (exit 3, nothing read),
    and the run leases its svt monitors and the output; nothing is debited;
-4. the pipeline reads, bounds, aggregates and adds noise into staging, while `LeaseKeeper` renews the lease. A
-   streaming job (Pub/Sub input) writes each window's rows when the window is released and ends once every
-   window of its declared range has been released, or at `max_seconds` (partial; the outcome says which windows
-   are pending), then merges them into one file per release (`pipelines.run.streaming`);
+4. the pipeline reads, bounds, aggregates and adds noise into staging, while `LeaseKeeper` renews the lease;
 5. the reports are written into staging with the debit the ledger previews; the scope is debited once,
    atomically, with the composition of every event of the plan, storing the monitors' sealed states
    (`Budget.commit`); then the staging directory is published (`Publication.publish`).
@@ -22,7 +19,8 @@ A failure or interrupt before step 5's commit ends the run unpublished (`Budget.
 monitors unchanged; a killed run's lease expires. Every file goes through Beam's FileSystems (`connectors.files`),
 so the output path may be any URL the workers' Beam installation can write; svt monitor states then go beside
 the output (workers on a cluster cannot reach the submitting machine's disk).
-Period scopes and svt continuation: see `Budget`.
+Period scopes and svt continuation: see `Budget`. A streaming job (Pub/Sub input) is not one transaction but a
+stream that pays and publishes window by window (`pipelines.run.paid_stream`), after the same checks.
 """
 from __future__ import annotations
 
@@ -38,9 +36,9 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 
 from dpstream.accounting.ledger import DEFAULT_LEASE_SECONDS, FileDigest
 from dpstream.accounting.ledger.receipts import Admission, Debit
-from dpstream.accounting.text import first_line, instant_text
+from dpstream.accounting.text import first_line
 from dpstream.connectors.errors import InputError
-from dpstream.connectors.files import is_local, join, remove_tree
+from dpstream.connectors.files import is_local
 from dpstream.connectors.readers import check_input
 from dpstream.connectors.writers import release_path
 from dpstream.pipelines.config.jobfile import PUBSUB, Job
@@ -48,15 +46,12 @@ from dpstream.pipelines.planning import JobPlan
 from dpstream.pipelines.planning.size import plan_size
 from dpstream.pipelines.report import document as report
 from dpstream.pipelines.run import paid_stream
-from dpstream.pipelines.run import streaming as streaming_io
-from dpstream.pipelines.run.budget import AT_END, PREPAID, Budget, StreamPayment
+from dpstream.pipelines.run.budget import PREPAID, Budget, StreamPayment
 from dpstream.pipelines.run.errors import EXIT_ERROR, EXIT_INTERNAL, EXIT_OK, EXIT_REFUSED, RunError
 from dpstream.pipelines.run.input_scan import VALIDATE_ROWS, InputScan, empty_range_refusal, scan
 from dpstream.pipelines.run.job_graph import build_pipeline
 from dpstream.pipelines.run.lease import LeaseKeeper
 from dpstream.pipelines.run.preflight import (
-    COMMITTING_RUNNERS,
-    check_event_time,
     check_job_runner,
     check_memory,
     check_runner,
@@ -70,14 +65,12 @@ from dpstream.pipelines.run.transaction import (
     interrupts_deferred,
     publish_committed,
 )
-from dpstream.pipelines.transforms.graph import release_columns
 from dpstream.pipelines.transforms.input_range import counts_of
 
 STAGES = ("checking the job, its input and its runner", "asking the ledger to admit the run",
           "computing {releases} releases over {windows} windows into staging", "writing the reports and debiting",
           "publishing")
 """The lines `run(progress=...)` is told, in order."""
-STREAMING_WINDOW = "window {number} of {windows} (ending {end}) released"
 """Streaming runs also tell `progress` this line per window, between the third stage and the fourth."""
 
 __all__ = ["EXIT_ERROR", "EXIT_INTERNAL", "EXIT_OK", "EXIT_REFUSED", "RunError", "RunOutcome", "budget", "plan", "run", "validate"]
@@ -131,14 +124,14 @@ def _check_input(job: Job) -> None:
 
 
 def _check_watermark(job: Job, options: PipelineOptions) -> None:
-    """RunError (exit 2) for a Pub/Sub job whose event time is a message attribute on a runner whose watermark
-    follows it (`pubsub.attribute_watermark_refusal`), before the ledger is asked."""
+    """RunError (exit 2) for a Pub/Sub job on a runner whose watermark another user's messages could move
+    (`pubsub.watermark_refusal`), before the ledger is asked."""
     if job.input.format != PUBSUB:
         return
-    from dpstream.connectors.pubsub import PubSubSource, attribute_watermark_refusal  # imports the Pub/Sub client
+    from dpstream.connectors.pubsub import PubSubSource, watermark_refusal  # imports the Pub/Sub client
 
     assert isinstance(job.input, PubSubSource)
-    refusal = attribute_watermark_refusal(job.input, runner_name(options))
+    refusal = watermark_refusal(job.input, runner_name(options))
     if refusal is not None:
         raise RunError(f"{job.source}: {refusal}; nothing was debited")
 
@@ -215,29 +208,23 @@ def run(
     _check_range(job)  # reads the input's first rows: after every check that needs no data
     grid = job_budget.scope_grid() if streaming else None
     timings["plan_s"] = time.perf_counter() - started
-    payment = _stream_payment(job_budget, output_dir, runner_name(options), log) if streaming and grid is None else None
-    if streaming and (payment is None or payment.mode != AT_END):
+    if streaming:
         if overwrite:
             raise RunError(f"{job.source}: --overwrite does not apply to a stream that pays as it releases, which "
                            f"resumes into its own output; write to another output; nothing was debited")
+        payment = None if grid is not None else _stream_payment(job_budget, output_dir, log)
         stream = paid_stream.run_stream(job, job_budget, grid, options, beam_args, output_dir, log, max_seconds,
                                         progress, started, timings, detach,
                                         prepaid=payment is not None and payment.mode == PREPAID)
         return RunOutcome(output_dir, stream.report, stream.files, stream.pending)
     if detach:
-        raise RunError(f"{job.source}: --detach applies to streams that publish as they release (every stream "
-                       f"but one with svt monitors on a runner outside {', '.join(COMMITTING_RUNNERS)}), which pay and "
-                       f"report from inside the pipeline; this run debits and publishes when it ends, so its "
+        raise RunError(f"{job.source}: --detach applies to streaming jobs (input.format = {PUBSUB!r}), which pay "
+                       f"and report from inside the pipeline; a batch run debits and publishes when it ends, so its "
                        f"launcher must stay; nothing was debited")
-    if streaming:
-        check_event_time(job.window, options, time.time())
     with Publication(output_dir, overwrite, job_budget.staged_run, log) as publication, ExitStack() as debiting:
         files = {spec.name: release_path(publication.staging, spec.name, job.output.format) for spec in job.releases}
-        publication.transient = (streaming_io.PARTS_DIR,)  # window parts a late bundle may still write: never published
-        parts = ({spec.name: join(publication.staging, streaming_io.PARTS_DIR, spec.name) for spec in job.releases}
-                 if streaming else None)
         try:
-            pipeline = build_pipeline(job, job_budget, options, files, parts)
+            pipeline = build_pipeline(job, job_budget, options, files)
         except (ValueError, TypeError) as err:
             raise RunError(f"{job.source}: cannot build the pipeline: {first_line(err)}; nothing was debited") from err
         label = f"job {job.name} ({job.source}) at {started_at}: " + ", ".join(r.name for r in job.releases)
@@ -253,74 +240,50 @@ def run(
                 progress(STAGES[2].format(windows=job.window.count, releases=len(job.releases)))
                 tick = time.perf_counter()
                 with LeaseKeeper(lambda: job_budget.renew(admission), job_budget.lease_seconds, f"run-{admission.run_id}"):
-                    pending, released = _compute(job, job_budget, pipeline, files, parts, max_seconds, publication,
-                                                 progress, log)
-                    states = job_budget.sealed_states(released)
+                    _compute(pipeline, log)
+                    states = job_budget.sealed_states()
                 timings["pipeline_s"] = time.perf_counter() - tick
                 progress(STAGES[3])
                 debiting.enter_context(interrupts_deferred(log))  # until published: Ctrl-C cannot split the two
                 debit, written, journaled = _commit(job, job_budget, admission, states, options, beam_args, files,
-                                                    started_at, timings, pending, publication, started)
+                                                    started_at, timings, publication, started)
         finally:
             job_budget.close()
         log(debit.message)
         progress(STAGES[4])
-        # a bundle still running when a stream's pipeline was cancelled may have written a window part since
-        remove_tree(join(publication.staging, streaming_io.PARTS_DIR))
         publish_committed(debit, journaled, publication, "run the job again")
     final_files = {name: publication.final(path) for name, path in files.items()}
-    return RunOutcome(output_dir, written, final_files, pending)
+    return RunOutcome(output_dir, written, final_files)
 
 
-def _stream_payment(job_budget: Budget, output_dir: str, runner: str, log) -> StreamPayment:
+def _stream_payment(job_budget: Budget, output_dir: str, log) -> StreamPayment:
     """How a stream on a plain scope pays (`Budget.stream_payment`); logs why not window by window."""
-    payment = job_budget.stream_payment(output_dir, runner)
+    payment = job_budget.stream_payment(output_dir)
     if payment.mode == PREPAID and payment.reason is not None:
         log(f"note: this stream pays scope {job_budget.scope!r} its whole plan once, when it opens, and then publishes "
             f"each window as it is released: {payment.reason}")
-    elif payment.mode == AT_END:
-        log(f"note: this stream pays scope {job_budget.scope!r} once, when it ends, for its whole plan, and publishes "
-            f"then: {payment.reason}")
     return payment
 
 
-def _compute(job: Job, job_budget: Budget, pipeline: beam.Pipeline, files: dict[str, str],
-             parts: dict[str, str] | None, max_seconds: float | None, publication: Publication,
-             progress, log) -> tuple[dict[str, int], dict[str, set[int]] | None]:
-    """Run the pipeline into the staging directory; (the windows still pending (streaming at max_seconds),
-    release name -> the windows released (streaming; None for batch)). A batch run logs where its input rows fell
-    against the range (`input_range`: for the operator, never in an output or the ledger).
-    Streaming tells `progress` one line per window as its releases are written (`STREAMING_WINDOW`)."""
-    if parts is None:
-        result = pipeline.run()
-        result.wait_until_finish()
-        counts = counts_of(result)
-        log(f"input: {counts.text()}" if counts is not None else "input: the runner reported no row counts")
-        return {}, None
-    expected = {spec.name: streaming_io.emissions(job_budget.plan[spec.name], job.window) for spec in job.releases}
-    def on_window(index: int) -> None:
-        progress(STREAMING_WINDOW.format(number=index + 1, windows=job.window.count,
-                                         end=instant_text(job.window.bounds(index)[1])))
-
-    stream = streaming_io.run_until_released(pipeline, parts, expected, max_seconds, on_window)
-    for name, directory in parts.items():
-        streaming_io.merge_parts(directory, stream.released[name], files[name], job.output.format,
-                                 release_columns(job_budget.plan[name]))
-    remove_tree(join(publication.staging, streaming_io.PARTS_DIR))
-    return stream.pending(), stream.released
+def _compute(pipeline: beam.Pipeline, log) -> None:
+    """Run the batch pipeline into the staging directory, and log where its input rows fell against the range
+    (`input_range`: for the operator, never in an output or the ledger)."""
+    result = pipeline.run()
+    result.wait_until_finish()
+    counts = counts_of(result)
+    log(f"input: {counts.text()}" if counts is not None else "input: the runner reported no row counts")
 
 
 def _commit(job: Job, job_budget: Budget, admission: Admission, states, options: PipelineOptions,
             beam_args: Sequence[str], files: dict[str, str], started_at: str, timings: dict[str, float],
-            pending: dict[str, int], publication: Publication,
-            started: float) -> tuple[Debit, dict[str, Any], tuple[FileDigest, ...]]:
+            publication: Publication, started: float) -> tuple[Debit, dict[str, Any], tuple[FileDigest, ...]]:
     """`transaction.commit_staged` with the job's reports (report.json, report.md, chart.png) staged for the debit
     the ledger previews; (the debit, the report, the journaled files)."""
 
     def stage_report(preview: Debit) -> dict[str, Any]:
         context = report.RunContext(job=job, plan=job_budget.plan, runner=options.view_as(StandardOptions).runner,
                                     beam_args=tuple(beam_args), debit=preview, files=files, started_at=started_at,
-                                    timings=timings, pending=pending)
+                                    timings=timings)
         try:
             return report.write_reports(context, publication.staging, started)
         except OSError as err:

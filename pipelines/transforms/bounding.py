@@ -76,7 +76,7 @@ from apache_beam.coders import PickleCoder
 from apache_beam.transforms.userstate import BagStateSpec, ReadModifyWriteStateSpec
 from apache_beam.transforms.window import GlobalWindows, TimestampedValue
 
-from dpstream.connectors.schema import EVENT_SCHEMA, PUBLISHED
+from dpstream.connectors.schema import EVENT_SCHEMA, PUBLISHED, WALL_CLOCK_RUNNERS
 from dpstream.pipelines.config.specs import ContributionBounds, WindowSpec
 from dpstream.pipelines.mechanisms.fixedpoint import code_sums, group_sums, label_sums, to_units
 from dpstream.pipelines.mechanisms.noise import SecureRandom
@@ -260,6 +260,13 @@ def _python(values: pa.Array) -> np.ndarray:
     return values.to_numpy(zero_copy_only=False)
 
 
+def needs_publish_times(batches: beam.PCollection) -> bool:
+    """Whether `batches` must carry `PUBLISHED`: an unbounded input on a runner whose watermark is not the wall
+    clock (`WALL_CLOCK_RUNNERS`), where only the publish-time filter keeps lateness a fact about each record (a
+    library pipeline reading Pub/Sub itself, by a timestamp attribute, on Dataflow would otherwise pass)."""
+    return not batches.is_bounded and type(batches.pipeline.runner).__name__ not in WALL_CLOCK_RUNNERS
+
+
 def _published_in_time(batch: pa.RecordBatch, rows: np.ndarray, windows: np.ndarray,
                        releases: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(rows, windows), aligned pairs, without those whose record was published at or after its window's release
@@ -279,7 +286,9 @@ class _PreAggregate(beam.DoFn):
     distinct user of the batch.
     """
 
-    def __init__(self, bounds: ContributionBounds, window: WindowSpec, partitions, seed, shards: int):
+    def __init__(self, bounds: ContributionBounds, window: WindowSpec, partitions, seed, shards: int,
+                 needs_published: bool = False):
+        self._needs_published = needs_published
         self._bounds = bounds
         self._window = window
         self._partitions = None if partitions is None else pa.array(list(partitions), pa.string())
@@ -295,6 +304,11 @@ class _PreAggregate(beam.DoFn):
     def process(self, batch: pa.RecordBatch):
         if batch.schema.names[:4] != EVENT_SCHEMA.names:
             raise TypeError(f"BoundContributions expects record batches with columns {EVENT_SCHEMA.names}, got {batch.schema.names}")
+        if self._needs_published and PUBLISHED not in batch.schema.names:
+            raise ValueError(f"an unbounded input on a runner other than the DirectRunner needs each record's publish "
+                             f"time (the {PUBLISHED!r} column of ReadPubSubEvents with a JSON-key event time), so "
+                             f"that whether a record is late is a fact about itself; this batch has the columns "
+                             f"{batch.schema.names}")
         if batch.num_rows == 0:
             return
         timestamps = batch.column(1).to_numpy()
@@ -721,8 +735,8 @@ class BoundContributions(beam.PTransform):
                 "min_value": self._bounds.min_value, "max_value": self._bounds.max_value}
 
     def expand(self, batches):
-        pieces = batches | "Pre-aggregate batches" >> beam.ParDo(
-            _PreAggregate(self._bounds, self._window, self._partitions, self._seed, self._shards))
+        pieces = batches | "Pre-aggregate batches" >> beam.ParDo(_PreAggregate(
+            self._bounds, self._window, self._partitions, self._seed, self._shards, needs_publish_times(batches)))
         if self._cap is not None:
             return self._capped(batches, pieces)
         return (

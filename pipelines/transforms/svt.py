@@ -103,7 +103,8 @@ def window_query(metric: str, maximum: float, sums, quantum: float) -> float:
 
 
 class _MarkPositive(beam.DoFn):
-    """share: keep the public partitions, then make a record's partition (partition, value > 0)."""
+    """share: keep the public partitions, then make a record's partition (partition, value > 0); every other
+    column is kept as it is (a Pub/Sub batch's `PUBLISHED`, which decides which windows a record counts in)."""
 
     def __init__(self, partitions: tuple[str, ...] | None):
         self._partitions = partitions
@@ -115,8 +116,7 @@ class _MarkPositive(beam.DoFn):
             return
         suffix = pc.if_else(pc.greater(batch.column(3), 0.0), _POSITIVE, _OTHER)
         partition = pc.binary_join_element_wise(batch.column(2), suffix, "")
-        yield pa.RecordBatch.from_arrays([batch.column(0), batch.column(1), partition, batch.column(3)],
-                                         schema=EVENT_SCHEMA)
+        yield batch.set_column(2, EVENT_SCHEMA.field(2), partition)  # keeps PUBLISHED (late data: bounding)
 
 
 class MonitorRun:

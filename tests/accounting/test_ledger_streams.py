@@ -385,12 +385,12 @@ def test_a_prepaid_stream_pays_its_whole_plan_once_what_one_run_of_it_is_charged
         for index in range(8):
             assert ledger.spend(split, window, f"window {index}").admitted
         assert ledger.show(split).state["spent_epsilon"] > 1.5 * ledger.show(twin).state["spent_epsilon"]
-        first = ledger.open_stream(scope, Composed(()), "job", output="/out/a", job="j1", opening=plan, prepaid=True)
+        first = ledger.open_stream(scope, Composed(()), "job", output="/out/a", job="j1", opening=plan, prepaid=plan)
         assert ledger.debit_stream(first.stream_id, 1, (0, 1, 2)) == {0: None, 1: None, 2: None}
         ledger.end_stream(first.stream_id, 1, finished=False)
         with pytest.raises(LedgerError, match="resumes only as it was opened"):
             ledger.open_stream(scope, window, "job", output="/out/a", job="j1")
-        resumed = ledger.open_stream(scope, Composed(()), "job", output="/out/a", job="j1", opening=plan, prepaid=True)
+        resumed = ledger.open_stream(scope, Composed(()), "job", output="/out/a", job="j1", opening=plan, prepaid=plan)
         assert resumed.resumed and resumed.debited == (0, 1, 2)
         assert ledger.stream(resumed.stream_id).prepaid is not None and "whole plan" in first.message
         assert ledger.debit_stream(resumed.stream_id, 2, tuple(range(8)))[7] is None
@@ -398,5 +398,28 @@ def test_a_prepaid_stream_pays_its_whole_plan_once_what_one_run_of_it_is_charged
         assert sum("opening" in r.label for r in ledger.history(scope)) == 1
         with pytest.raises(LedgerError, match="refused"):
             ledger.open_stream(scope, Composed(()), "job", output="/out/b", job="j1",
-                               opening=SelfComposed(window, 4000), prepaid=True)
+                               opening=SelfComposed(window, 4000),
+                               prepaid=SelfComposed(window, 4000))
         assert [s.output for s in ledger.streams_of(scope)] == ["/out/a"]
+
+
+@pytest.mark.parametrize("ledger_url", ["sqlite"], indirect=True)
+def test_a_prepaid_stream_publishes_what_it_paid_for_after_its_filter_halts_and_nothing_once_retired(ledger_url):
+    """Review finding: a whitehouse filter halts after it refuses anything, and then refused a prepaid stream's
+    remaining windows although their price was debited when the stream opened. A prepaid window is recorded
+    against that opening without asking the filter (no history row per window); a retired scope still refuses."""
+    window = Gaussian(10.0, 1.0)
+    with Ledger(ledger_url, create=True) as ledger:
+        scope = _scope_name()
+        ledger.init_scope(scope, 4.0, 1e-5, "whitehouse")
+        ticket = ledger.open_stream(scope, Composed(()), "job", output="/o", job="j",
+                                    opening=SelfComposed(window, 4),
+                                    prepaid=SelfComposed(window, 4))
+        assert ledger.debit_stream(ticket.stream_id, 1, (0,)) == {0: None}
+        assert not ledger.spend(scope, SelfComposed(window, 4000), "another job").admitted  # the filter halts
+        assert not ledger.spend(scope, PureDP(1e-6), "a third job").admitted
+        assert ledger.debit_stream(ticket.stream_id, 1, (1, 2)) == {1: None, 2: None}
+        (opening,) = ledger.history(scope)
+        assert set(ledger.stream(ticket.stream_id).debited.values()) == {opening.release_id}
+        ledger.retire_scope(scope, "end of study")
+        assert "retired" in ledger.debit_stream(ticket.stream_id, 1, (3,))[3]

@@ -164,3 +164,37 @@ def test_whether_a_record_is_late_is_decided_by_its_own_publish_time_not_by_the_
     coupled = _streamed(_watermark_schedule(True, False), window)
     assert coupled == sorted(_batch_rows(window, [ON_TIME, HELD_BY, WITHIN, NEXT_DAY]), key=json.dumps), (
         "the watermark alone lets the late records of 20 other users in when z is present")
+
+
+def test_an_unbounded_input_without_publish_times_is_refused_off_the_direct_runner():
+    """Review finding: a library pipeline that reads Pub/Sub itself (by a timestamp attribute) into `ToEvents` on
+    Dataflow was admitted, debited and run with the watermark alone deciding lateness. Bounding now needs the
+    PUBLISHED column on any unbounded input off the DirectRunner, and fails the pipeline (nothing is published
+    or debited) on a batch without it."""
+    from apache_beam.options.pipeline_options import PipelineOptions as Options
+
+    from dpstream.pipelines.transforms.bounding import _PreAggregate, needs_publish_times
+    from tests.pipelines.test_dataflow_graph import DATAFLOW
+
+    window = _window(0.0)
+    refusing = _PreAggregate(BOUNDS, window, None, SEED, 1, needs_published=True)
+    refusing.setup()
+    with pytest.raises(ValueError, match="needs each record's publish time"):
+        list(refusing.process(ON_TIME))
+    assert list(refusing.process(_published(ON_TIME, START + 700)))  # with publish times: bounded as usual
+    dataflow = Options(DATAFLOW)
+    assert needs_publish_times(beam.Pipeline(options=dataflow) | TestStream().add_elements([ON_TIME]))
+    assert not needs_publish_times(TestPipeline() | TestStream().add_elements([ON_TIME]))  # the wall-clock runner
+    assert not needs_publish_times(beam.Pipeline(options=dataflow) | beam.Create([ON_TIME]))  # bounded
+
+
+def test_an_svt_share_monitor_keeps_each_record_s_publish_time():
+    """Review finding: an svt `share` monitor rebuilt each batch from the four event columns (`_MarkPositive`),
+    dropping PUBLISHED, so bounding never filtered its late records and the watermark alone decided which counted
+    (3 of 3 windows alerted with the user who held the watermark back, 0 of 3 without). The column now stays."""
+    from dpstream.pipelines.transforms.svt import _MarkPositive
+
+    batch = _published(events(["a", "b"], [START + 1, START + 2], ["A", "A"], [1.0, 0.0]), START + DAY + 60)
+    (marked,) = list(_MarkPositive(None).process(batch))
+    assert marked.column(PUBLISHED).equals(batch.column(PUBLISHED))
+    assert marked.column(2).to_pylist()[0].startswith("A") and marked.column(2).to_pylist()[0] != "A"
