@@ -58,7 +58,7 @@ audit: dev-install
 	DPSTREAM_KILLS=30 $(PY) -m pytest -q -s tests/pipelines/test_kill_anywhere.py
 	DPSTREAM_CSV_FUZZ_EXAMPLES=2000 $(PY) -m pytest -q tests/connectors/test_csv_strict.py
 	DPSTREAM_STREAM_KILLS=30 $(PY) -m pytest -q -s tests/integration/test_stream_kill_anywhere.py
-	DPSTREAM_RESUME_CASES=100 $(PY) -m pytest -q -s tests/pipelines/test_resume_point_oracle.py
+	DPSTREAM_RESUME_CASES=100 DPSTREAM_RESUME_PLANS=100000 $(PY) -m pytest -q -s tests/pipelines/test_resume_point_oracle.py
 
 bench: bench-install
 	$(PY) -m benchmarks
