@@ -390,6 +390,9 @@ def test_a_prepaid_stream_pays_its_whole_plan_once_what_one_run_of_it_is_charged
         ledger.end_stream(first.stream_id, 1, finished=False)
         with pytest.raises(LedgerError, match="resumes only as it was opened"):
             ledger.open_stream(scope, window, "job", output="/out/a", job="j1")
+        changed = Composed((SelfComposed(PureDP(0.1), 4), SelfComposed(window, 4)))  # another planner's plan
+        with pytest.raises(LedgerError, match="prepaid another plan"):
+            ledger.open_stream(scope, Composed(()), "job", output="/out/a", job="j1", opening=changed, prepaid=changed)
         resumed = ledger.open_stream(scope, Composed(()), "job", output="/out/a", job="j1", opening=plan, prepaid=plan)
         assert resumed.resumed and resumed.debited == (0, 1, 2)
         assert ledger.stream(resumed.stream_id).prepaid is not None and "whole plan" in first.message
