@@ -21,7 +21,6 @@ from dpstream.accounting.ledger.connection import (
 )
 from dpstream.accounting.ledger.decisions import (
     decide,
-    inserted_id,
     now_text,
     retirement,
 )
@@ -50,6 +49,7 @@ from dpstream.accounting.ledger.streams import (
     decided,
     find_open,
     lease_is_live,
+    start_session,
     stream_grid,
     stream_monitors,
     stream_record,
@@ -114,7 +114,8 @@ class StreamBook(MonitorBook):
                 self._check_monitors(conn, scope, {n: (m.epsilon, m.delta, m.record) for n, m in monitors.items()})
             if found is not None:
                 self._check_resume(conn, found, output, job, event, set(monitors), prepaid)
-            stream_id, session = self._start_session(conn, found, scope, label, output, job, event, lease_seconds)
+            stream_id, session = start_session(self.tables, conn, found, scope, label, output, job, event,
+                                               self._clock() + lease_seconds)
             if found is None and (monitors or opening is not None):
                 opened_by = self._open_stream_monitors(conn, row, stream_id, label, monitors, opening)
                 if prepaid is not None:
@@ -154,20 +155,6 @@ class StreamBook(MonitorBook):
                               f"{json.dumps(event.to_dict())} (the planner changed, e.g. another dpstream version); "
                               f"a stream resumes only under its own plan; write to another output; nothing was "
                               f"debited")
-
-    def _start_session(self, conn: sa.Connection, found: sa.Row | None, scope: str, label: str, output: str,
-                       job: str, event: Event, lease_seconds: float) -> tuple[int, int]:
-        """(stream id, session): a new stream in session 1, or `found`'s next session, leased for `lease_seconds`."""
-        lease_until = self._clock() + lease_seconds
-        if found is None:
-            return inserted_id(conn.execute(self.streams.insert().values(
-                scope=scope, label=label, output=output, job=job, events=json.dumps(event.to_dict()),
-                status=STREAMING, session=1, lease_until=lease_until, reason=None,
-                created_at=now_text(), updated_at=now_text()))), 1
-        conn.execute(self.streams.update().where(self.streams.c.id == found.id).values(
-            status=STREAMING, session=found.session + 1, lease_until=lease_until, reason=None,
-            updated_at=now_text()))
-        return found.id, found.session + 1
 
     def _open_stream_monitors(self, conn: sa.Connection, row: sa.Row, stream_id: int, label: str,
                               monitors: Mapping[str, StreamMonitor], opening: Event | None) -> int | None:

@@ -37,7 +37,7 @@ import sqlalchemy as sa
 
 from dpstream.accounting.events import Event
 from dpstream.accounting.filters import EventFilter
-from dpstream.accounting.ledger.decisions import decide, now_text, retirement
+from dpstream.accounting.ledger.decisions import decide, inserted_id, now_text, retirement
 from dpstream.accounting.ledger.errors import LedgerError
 from dpstream.accounting.ledger.periods import PeriodGrid, Periods
 from dpstream.accounting.ledger.records import MonitorRecord, scope_config
@@ -168,6 +168,20 @@ def decide_step(tables: Tables, conn: sa.Connection, row: sa.Row, stream: sa.Row
         stream_id=stream.id, period=step, release_id=release_id,
         refusal=None if release_id is not None else decision.refusal, decided_at=now_text()))
     return None if release_id is not None else decision.refusal
+
+
+def start_session(tables: Tables, conn: sa.Connection, found: sa.Row | None, scope: str, label: str, output: str,
+                  job: str, event: Event, lease_until: float) -> tuple[int, int]:
+    """(stream id, session): a new stream in session 1, or `found`'s next session, leased until `lease_until`."""
+    streams = tables.streams
+    if found is None:
+        return inserted_id(conn.execute(streams.insert().values(
+            scope=scope, label=label, output=output, job=job, events=json.dumps(event.to_dict()),
+            status=STREAMING, session=1, lease_until=lease_until, reason=None,
+            created_at=now_text(), updated_at=now_text()))), 1
+    conn.execute(streams.update().where(streams.c.id == found.id).values(
+        status=STREAMING, session=found.session + 1, lease_until=lease_until, reason=None, updated_at=now_text()))
+    return found.id, found.session + 1
 
 
 def lease_is_live(stream: sa.Row, clock: float | None = None) -> bool:
