@@ -45,7 +45,6 @@ class Publication:
                  journaled: Callable[[dict[str, Any]], tuple[str, tuple[FileDigest, ...]]] | None = None,
                  log: Callable[[str], None] = print) -> None:
         self.output_dir, self.overwrite, self._journaled, self._log = output_dir, overwrite, journaled, log
-        self.transient: tuple[str, ...] = ()  # staged folders that are never published (checked nor journaled)
         self.local = is_local(output_dir)
         self.staging = ""
         self.published = False
@@ -226,10 +225,8 @@ class Publication:
         return _inside(self.staging, staged) in {f.name for f in files}
 
     def digests(self) -> tuple[FileDigest, ...]:
-        """Every staged file's path (inside the output), size and digest, but those under `transient` folders:
-        what the debit journals."""
-        return tuple(f for f in _staged_digests(self.staging)
-                     if not any(f.name.startswith(folder + "/") for folder in self.transient))
+        """Every staged file's path (inside the output), size and digest: what the debit journals."""
+        return tuple(_staged_digests(self.staging))
 
     def verify(self, journaled: tuple[FileDigest, ...], when: str) -> None:
         """RunError unless the staged files are exactly `journaled` (a file removed, added or changed since)."""
