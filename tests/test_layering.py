@@ -37,13 +37,6 @@ KNOWN = {
     ("pipelines/config/jobfile.py", "dpstream.connectors.writers"): "the job-file parser checks output formats",
     ("pipelines/config/jobfile.py", "dpstream.connectors.timestamps"): "the job-file parser checks time formats",
     ("pipelines/config/jobfile.py", "dpstream.connectors.pubsub"): "the job-file parser builds Pub/Sub sources",
-    ("pipelines/config/jobfile.py", "dpstream.accounting.ledger.periods"): "unit periods are ledger grids",
-    ("pipelines/planning/context.py", "dpstream.accounting.ledger.periods"): "unit periods are ledger grids",
-    ("pipelines/planning/job.py", "dpstream.accounting.ledger.periods"): "unit periods are ledger grids",
-    ("pipelines/planning/peak.py", "dpstream.accounting.ledger.periods"): "peak periods are ledger grids",
-    ("pipelines/planning/windows.py", "dpstream.accounting.ledger.periods"): "unit periods are ledger grids",
-    ("pipelines/config/jobfile.py", "dpstream.accounting.ledger.errors"): "a bad unit period is a ledger error",
-    ("pipelines/planning/job.py", "dpstream.accounting.ledger.errors"): "a bad unit period is a ledger error",
 }
 """(file, imported module) -> why the back-edge is still there."""
 

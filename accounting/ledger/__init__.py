@@ -109,7 +109,6 @@ from __future__ import annotations
 
 from dpstream.accounting.ledger.errors import LedgerConflict, LedgerError, UnitMismatchError, UnknownScopeError
 from dpstream.accounting.ledger.journal import Artifact, FileDigest, PublishAnswer
-from dpstream.accounting.ledger.periods import MAX_PERIODS_PER_SPEND, PeriodGrid, Periods, check_unit_period
 from dpstream.accounting.ledger.records import (
     PUBLISHED,
     RUN_OUTCOMES,
@@ -134,6 +133,7 @@ from dpstream.accounting.ledger.store import (
 )
 from dpstream.accounting.ledger.streams import STREAM_STATES, StreamMonitor, StreamRecord, StreamTicket
 from dpstream.accounting.ledger.units import PrivacyUnit
+from dpstream.accounting.periods import MAX_PERIODS_PER_SPEND, PeriodGrid, Periods, check_unit_period
 
 __all__ = [
     "Artifact",

@@ -27,7 +27,6 @@ from dpstream.accounting.ledger.decisions import (
     now_text,
 )
 from dpstream.accounting.ledger.errors import LedgerError, UnknownScopeError
-from dpstream.accounting.ledger.periods import PeriodGrid, Periods
 from dpstream.accounting.ledger.records import (
     EXPIRED,
     PUBLISHED,
@@ -44,6 +43,7 @@ from dpstream.accounting.ledger.units import (
     mark_unknown,
 )
 from dpstream.accounting.ledger.urls import masked_url
+from dpstream.accounting.periods import PeriodGrid, Periods
 from dpstream.accounting.text import instant_text
 
 DEFAULT_URL = "sqlite:///dpstream-ledger.db"

@@ -19,9 +19,9 @@ from dpstream.accounting.events import Event, InvalidEventError
 from dpstream.accounting.filters import EventFilter, PrivacyFilter
 from dpstream.accounting.filters.base import terms_text
 from dpstream.accounting.ledger.errors import LedgerError
-from dpstream.accounting.ledger.periods import Periods, period_runs
 from dpstream.accounting.ledger.records import largest_spent, scope_config
 from dpstream.accounting.ledger.schema import Tables
+from dpstream.accounting.periods import Periods, period_runs
 
 
 def now_text() -> str:

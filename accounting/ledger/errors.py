@@ -1,9 +1,7 @@
 """The ledger's errors."""
 from __future__ import annotations
 
-
-class LedgerError(ValueError):
-    """A ledger operation failed on user input or on the database; the message is one line."""
+from dpstream.accounting.errors import LedgerError  # noqa: F401  (re-exported: the ledger's base error)
 
 
 class LedgerConflict(LedgerError):

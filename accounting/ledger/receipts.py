@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dpstream.accounting.events import Event
-from dpstream.accounting.ledger.periods import Periods
 from dpstream.accounting.ledger.records import ScopeView
+from dpstream.accounting.periods import Periods
 
 
 @dataclass(frozen=True)

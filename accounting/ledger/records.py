@@ -9,8 +9,8 @@ import sqlalchemy as sa
 
 from dpstream.accounting.events import Event
 from dpstream.accounting.filters import PrivacyFilter
-from dpstream.accounting.ledger.periods import PeriodGrid, Periods
 from dpstream.accounting.ledger.units import PrivacyUnit
+from dpstream.accounting.periods import PeriodGrid, Periods
 
 PERIOD_SCOPE = "period-scope"  # the `filter` tag of a period scope's filter_state JSON
 

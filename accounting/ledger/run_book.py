@@ -29,7 +29,6 @@ from dpstream.accounting.ledger.journal import (
     run_files,
 )
 from dpstream.accounting.ledger.monitor_book import MonitorBook
-from dpstream.accounting.ledger.periods import Periods
 from dpstream.accounting.ledger.records import (
     EXPIRED,
     FAILED,
@@ -50,6 +49,7 @@ from dpstream.accounting.ledger.units import (
     check_unit,
     record_unit,
 )
+from dpstream.accounting.periods import Periods
 
 
 class RunBook(ScopeBook, MonitorBook):

@@ -25,7 +25,6 @@ from dpstream.accounting.ledger.decisions import (
     period_rows,
 )
 from dpstream.accounting.ledger.errors import LedgerError, UnitMismatchError
-from dpstream.accounting.ledger.periods import PeriodGrid, Periods, period_runs
 from dpstream.accounting.ledger.records import (
     PERIOD_SCOPE,
     MonitorView,
@@ -47,6 +46,7 @@ from dpstream.accounting.ledger.units import (
     scope_unit,
     unit_unused,
 )
+from dpstream.accounting.periods import PeriodGrid, Periods, period_runs
 from dpstream.accounting.text import instant_text
 
 

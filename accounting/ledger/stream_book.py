@@ -33,7 +33,6 @@ from dpstream.accounting.ledger.journal import (
 )
 from dpstream.accounting.ledger.journal import record as journal_artifact
 from dpstream.accounting.ledger.monitor_book import MonitorBook
-from dpstream.accounting.ledger.periods import PeriodGrid, Periods
 from dpstream.accounting.ledger.records import (
     MonitorRecord,
 )
@@ -59,6 +58,7 @@ from dpstream.accounting.ledger.units import (
     check_unit,
     record_unit,
 )
+from dpstream.accounting.periods import PeriodGrid, Periods
 from dpstream.accounting.text import instant_text
 
 

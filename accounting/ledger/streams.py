@@ -39,9 +39,9 @@ from dpstream.accounting.events import Event
 from dpstream.accounting.filters import EventFilter
 from dpstream.accounting.ledger.decisions import decide, inserted_id, now_text, retirement
 from dpstream.accounting.ledger.errors import LedgerError
-from dpstream.accounting.ledger.periods import PeriodGrid, Periods
 from dpstream.accounting.ledger.records import MonitorRecord, scope_config
 from dpstream.accounting.ledger.schema import Tables
+from dpstream.accounting.periods import PeriodGrid, Periods
 
 STREAMING, STOPPED, FINISHED = "streaming", "stopped", "finished"
 STREAM_STATES = (STREAMING, STOPPED, FINISHED)

@@ -31,8 +31,8 @@ import sqlalchemy as sa
 
 from dpstream.accounting.calendar import calendar_text
 from dpstream.accounting.ledger.errors import LedgerError, UnitMismatchError
-from dpstream.accounting.ledger.periods import PeriodGrid
 from dpstream.accounting.ledger.schema import Tables
+from dpstream.accounting.periods import PeriodGrid
 from dpstream.accounting.text import duration_text, instant_text
 
 USER, USER_PERIOD = "user", "user x period"  # the `unit` tag of the stored JSON

@@ -28,8 +28,8 @@ from dpstream.accounting.calendar import (
     unit_first_day,
     unit_number,
 )
-from dpstream.accounting.ledger.errors import LedgerError
-from dpstream.accounting.ledger.periods import PeriodGrid
+from dpstream.accounting.errors import LedgerError
+from dpstream.accounting.periods import PeriodGrid
 from dpstream.connectors import readers, timestamps, writers
 from dpstream.pipelines.config.specs import (
     DEFAULT_MAX_QUANTILE_SCORES,

@@ -14,7 +14,7 @@ from functools import cached_property
 from typing import Callable, Generic, Mapping, TypeVar
 
 from dpstream.accounting.calibrate import CalibratedRelease, FixedEvent, Release
-from dpstream.accounting.ledger.periods import PeriodGrid
+from dpstream.accounting.periods import PeriodGrid
 from dpstream.pipelines.config.specs import ContributionBounds, ReleaseSpec, WindowSpec
 from dpstream.pipelines.planning.windows import composed_windows
 

@@ -29,9 +29,9 @@ from functools import cached_property
 from typing import Any, Callable, Union
 
 from dpstream.accounting.calibrate import CalibratedPlan, calibrate
+from dpstream.accounting.errors import LedgerError
 from dpstream.accounting.events import Composed, Event, SelfComposed
-from dpstream.accounting.ledger.errors import LedgerError
-from dpstream.accounting.ledger.periods import PeriodGrid
+from dpstream.accounting.periods import PeriodGrid
 from dpstream.pipelines.config.specs import (
     ContributionBounds,
     HistogramSpec,

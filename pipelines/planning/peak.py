@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from dpstream.accounting.calendar import calendar_length, calendar_text
 from dpstream.accounting.calibrate import Release
 from dpstream.accounting.events import Event, PureDP
-from dpstream.accounting.ledger.periods import PeriodGrid
 from dpstream.accounting.numerics import epsilon_from_delta_curve, expanding_upper
+from dpstream.accounting.periods import PeriodGrid
 from dpstream.accounting.selection import report_noisy_max_epsilon
 from dpstream.pipelines.config.specs import PeakSpec, WindowSpec
 from dpstream.pipelines.planning.context import Draft, PlanningContext

@@ -14,7 +14,7 @@ import itertools
 from dataclasses import dataclass
 
 from dpstream.accounting.calendar import calendar_length
-from dpstream.accounting.ledger.periods import PeriodGrid
+from dpstream.accounting.periods import PeriodGrid
 from dpstream.accounting.text import instant_text
 from dpstream.pipelines.config.specs import ContributionBounds, WindowSpec
 from dpstream.pipelines.planning.errors import PlanningError

@@ -21,8 +21,8 @@ import numpy as np
 import pyarrow as pa
 
 from dpstream.accounting.events import Event
-from dpstream.accounting.ledger.periods import PeriodGrid
 from dpstream.accounting.ledger.receipts import Debit
+from dpstream.accounting.periods import PeriodGrid
 from dpstream.accounting.text import duration_text, version
 from dpstream.connectors.writers import join, read_rows, write_bytes
 from dpstream.pipelines.config.jobfile import Job

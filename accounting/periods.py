@@ -4,7 +4,8 @@ A grid is either fixed, period k = [k P, (k+1) P) seconds since 1970-01-01T00:00
 k-th block of `count` local days, ISO weeks, months or years since 1970 in a time zone (`accounting.calendar`).
 Either way every process computes the same periods from the grid alone.
 
-Proof that per-period budgets are sound: docs/proofs/accounting.ledger.periods.md.
+Proof that per-period budgets are sound: docs/proofs/accounting.ledger.periods.md. The grids live outside the
+ledger package so that planning can use them without loading the ledger's SQL toolkit.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from dpstream.accounting.calendar import (
     unit_first_day,
     unit_number,
 )
-from dpstream.accounting.ledger.errors import LedgerError
+from dpstream.accounting.errors import LedgerError
 from dpstream.accounting.text import duration_text, instant_text
 
 MAX_PERIODS_PER_SPEND = 100_000  # one spend touches at most this many periods (one row each)
