@@ -94,8 +94,9 @@ def resume_point(plan: JobPlan, window: WindowSpec, grid: PeriodGrid | None, dec
              for index in indices - answered.get(name, set())]
     if grid is not None:
         ends = [Periods.overlapping(a, b, grid).end() for a, b in spans] + [grid.start(p + 1) for p in paid]
-    else:
-        ends = [_cap_group_end(plan, window, b) for _, b in spans + [window.bounds(index) for index in paid]]
+    else:  # the group end only grows with time: one call, at the latest touched time (not one scan per window)
+        latest = max([b for _, b in spans] + [window.bounds(index)[1] for index in paid], default=None)
+        ends = [] if latest is None else [_cap_group_end(plan, window, latest)]
     barrier = max(ends, default=-math.inf)
     while math.isfinite(barrier):  # out of any peak period it cuts
         moved = max([barrier] + [b for peak in peaks for a, b in peak.period_bounds if a < barrier < b])
